@@ -1,0 +1,497 @@
+"""Official checkpoints (.npz) in and out, named released weights, and weight copying.
+
+One mapping table (`official_key`) turns a keras-vit variable path into the key of the
+official checkpoint, in either key layout, and back; loading, saving and the CLI all
+use it. What differs in shape is resampled (position embeddings), dropped or kept as
+the official fine-tuning does (a head of another class count, an unused pre-logits
+layer), or refused with an error naming the file, the keys and the shapes.
+"""
+
+import logging
+import os
+import re
+import zipfile
+
+import numpy as np
+
+from keras_vit._files import atomic_path
+from keras_vit.posemb import _infer_grid, resample_position_embeddings
+
+log = logging.getLogger("keras_vit")
+
+LAYOUTS = ("released", "current")
+
+# keras-vit path -> official key. {i} is a block index; the layouts differ in the names
+# of the encoder block's children only.
+_BLOCK_NAMES = {
+    "released": {"norm1": "LayerNorm_0", "attn": "MultiHeadDotProductAttention_1", "norm2": "LayerNorm_2",
+                 "mlp": "MlpBlock_3"},
+    "current": {"norm1": "LayerNorm_0", "attn": "MultiHeadDotProductAttention_0", "norm2": "LayerNorm_1",
+                "mlp": "MlpBlock_0"},
+}
+_PARAM = {"gamma": "scale", "beta": "bias", "kernel": "kernel", "bias": "bias"}
+POSEMB_KEY = "Transformer/posembed_input/pos_embedding"
+
+# The public release (gs://vit_models), reachable over HTTPS; overridable for mirrors.
+WEIGHTS_URL_ENV = "KERAS_VIT_WEIGHTS_URL"
+DEFAULT_WEIGHTS_URL = "https://storage.googleapis.com/vit_models"
+
+_OFFICIAL_NAME = {
+    "Ti/16": "ViT-Ti_16", "S/16": "ViT-S_16", "S/32": "ViT-S_32", "B/8": "ViT-B_8", "B/16": "ViT-B_16",
+    "B/32": "ViT-B_32", "L/16": "ViT-L_16", "L/32": "ViT-L_32", "H/14": "ViT-H_14",
+    "R50+B/16": "R50+ViT-B_16", "R50+L/32": "R50+ViT-L_32", "R26+S/32": "R26+ViT-S_32",
+    "R26+B/32": "R26+ViT-B_32", "R+Ti/16": "R+ViT-Ti_16",
+}
+# The AugReg checkpoints the official README recommends ("How to train your ViT?").
+_AUGREG = {
+    "L/16": "L_16-i21k-300ep-lr_0.001-aug_strong1-wd_0.1-do_0.0-sd_0.0",
+    "B/16": "B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0",
+    "S/16": "S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0",
+    "R50+L/32": "R50_L_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1",
+    "R26+S/32": "R26_S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0",
+    "Ti/16": "Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0",
+    "B/32": "B_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0",
+    "S/32": "S_32-i21k-300ep-lr_0.001-aug_none-wd_0.1-do_0.0-sd_0.0",
+    "R+Ti/16": "R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0",
+}
+_AUGREG_FINETUNE_LR = {"L/16": "0.01", "B/16": "0.03", "S/16": "0.03", "R50+L/32": "0.01", "R26+S/32": "0.01",
+                       "Ti/16": "0.03", "B/32": "0.01", "S/32": "0.01", "R+Ti/16": "0.03"}
+_IMAGENET21K = ("B/16", "B/32", "L/16", "L/32", "H/14", "R50+B/16")
+_IMAGENET21K_IMAGENET2012 = ("B/16", "B/32", "L/16", "L/32", "H/14", "R50+B/16")
+_HAS_224_FINETUNE = ("B/16", "L/16")
+NAMED_WEIGHTS = ("imagenet21k", "imagenet21k+imagenet2012", "augreg", "augreg+imagenet2012")
+_AUGREG_FILE = re.compile(r"^(R\d*_)?(Ti|S|B|L|H)_\d+-i(1|21)k-[\w.\-]+$")
+
+
+def official_key(path, layout="released"):
+    """The official checkpoint key of a keras-vit variable path, e.g.
+
+    'encoderblock_3/query/kernel' -> 'Transformer/encoderblock_3/MultiHeadDotProductAttention_1/query/kernel'.
+    """
+    parts = path.split("/")
+    leaf = _PARAM.get(parts[-1], parts[-1])
+    head = parts[0]
+    names = _BLOCK_NAMES[layout]
+    if head == "patch_encoder":
+        return {"cls": "cls", "pos_embedding": POSEMB_KEY}.get(parts[1]) or f"embedding/{leaf}"
+    if head.startswith("encoderblock_"):
+        sub = parts[1]
+        if sub in ("query", "key", "value", "out"):
+            return f"Transformer/{head}/{names['attn']}/{sub}/{leaf}"
+        if sub in ("norm1", "norm2"):
+            return f"Transformer/{head}/{names[sub]}/{leaf}"
+        if sub in ("mlp_dense1", "mlp_dense2"):
+            return f"Transformer/{head}/{names['mlp']}/Dense_{int(sub[-1]) - 1}/{leaf}"
+    if head == "encoder_norm":
+        return f"Transformer/encoder_norm/{leaf}"
+    match = re.fullmatch(r"block(\d+)_unit(\d+)", head)
+    if match:
+        return f"block{match[1]}/unit{match[2]}/{parts[1]}/{leaf}"
+    if head in ("conv_root", "gn_root", "pre_logits", "head"):
+        return f"{head}/{leaf}"
+    raise ValueError(f"No official checkpoint key for the variable {path!r}.")
+
+
+def _official_shape(variable, key, model, layout):
+    """The shape an official checkpoint stores for a keras-vit variable."""
+    shape = tuple(variable.shape)
+    if "/MultiHeadDotProductAttention_" in key:
+        heads = model.num_heads
+        d = model.hidden_size
+        name = key.split("/")[-2]
+        if name == "out":
+            return (heads, d // heads, d) if key.endswith("kernel") else shape
+        return (d, heads, d // heads) if key.endswith("kernel") else (heads, d // heads)
+    if layout == "released" and re.search(r"(^|/)gn(\d+|_root|_proj)/", key):
+        return (1, 1, 1) + shape
+    return shape
+
+
+def _detect_layout(keys):
+    if any("MultiHeadDotProductAttention_0" in k or "/MlpBlock_0/" in k for k in keys):
+        return "current"
+    return "released"
+
+
+def _read_index(path):
+    """{key: (shape, dtype)} from an .npz's array headers, without reading the arrays."""
+    try:
+        archive = zipfile.ZipFile(path)
+    except FileNotFoundError:
+        raise
+    except (zipfile.BadZipFile, OSError, EOFError) as e:
+        raise ValueError(f"{path} is not a readable .npz checkpoint (a zip archive of .npy arrays): {e}.") from None
+    index = {}
+    with archive:
+        for info in archive.infolist():
+            if not info.filename.endswith(".npy"):
+                raise ValueError(f"{path}: member {info.filename!r} is not a .npy array; this is no .npz checkpoint.")
+            key = info.filename[: -len(".npy")]
+            try:
+                with archive.open(info) as f:
+                    version = np.lib.format.read_magic(f)
+                    reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                        np.lib.format.read_array_header_2_0
+                    shape, _, dtype = reader(f)
+            except Exception as e:  # truncated members, bad headers
+                raise ValueError(f"{path}: cannot read the header of array {key!r}: {e}.") from None
+            if dtype.hasobject:
+                raise ValueError(f"{path}: array {key!r} holds Python objects; keras-vit never unpickles.")
+            index[key] = (tuple(shape), dtype)
+    if not index:
+        raise ValueError(f"{path} holds no arrays.")
+    return index
+
+
+def _verify_data(path):
+    """Reads every member once to check its CRC, so loading cannot fail half-way."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError, zipfile.LargeZipFile) as e:
+        raise ValueError(f"{path} is truncated or corrupt: {e}.") from None
+    if bad is not None:
+        raise ValueError(f"{path} is corrupt: the data of {bad!r} fails its checksum.")
+
+
+def _squeeze(shape):
+    return tuple(d for d in shape if d != 1)
+
+
+def _fmt_keys(keys, limit=12):
+    keys = sorted(keys)
+    more = f" ... and {len(keys) - limit} more" if len(keys) > limit else ""
+    return ", ".join(keys[:limit]) + more
+
+
+def load_official_npz(model, path, *, resample="official"):
+    """Fills a keras-vit model from a checkpoint in the official .npz layout.
+
+    Works for ViT and hybrid models, token and gap pooling, with or without pre-logits,
+    in both key layouts (the released files' older Flax names and current Flax names).
+    As the official fine-tuning does: a head with another class count is not loaded
+    (the model keeps its own, zero-initialized head); pre-logits in the checkpoint are
+    dropped when the model has no representation layer; position embeddings are
+    resampled to the model's patch grid with `resample` ("official", "bilinear",
+    "bicubic"). Everything is checked before anything is assigned: on error the model
+    is unchanged.
+
+    Returns a dict with the lists `loaded`, `kept`, `dropped`, `resampled` and the `layout`.
+
+    Example:
+    >>> model = keras_vit.ViTB16(input_shape=(384, 384, 3), classes=10)
+    >>> keras_vit.load_official_npz(model, "ViT-B_16.npz")  # imagenet21k, 224 -> 384
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"No checkpoint file at {path}.")
+    index = _read_index(path)
+    layout = _detect_layout(index)
+    plan, missing, mismatched = [], [], []
+    report = {"layout": layout, "loaded": [], "kept": [], "dropped": [], "resampled": []}
+    expected = set()
+    for variable in model.weights:
+        key = official_key(variable.path, layout)
+        expected.add(key)
+        want = _official_shape(variable, key, model, layout)
+        if key not in index:
+            if key.startswith("head/"):
+                report["kept"].append(f"{key} (not in the checkpoint)")
+            else:
+                missing.append(f"{key} {want}")
+            continue
+        found = index[key][0]
+        if found == want or ("/gn" in "/" + key and _squeeze(found) == _squeeze(variable.shape)):
+            plan.append((variable, key, None))
+        elif key.startswith("head/"):
+            report["kept"].append(f"{key} (model {want}, checkpoint {found})")
+        elif key == POSEMB_KEY and len(found) == 3 and found[2] == want[2] and \
+                ("cls" in index) == bool(model.num_prefix_tokens):
+            prefix = model.num_prefix_tokens
+            try:
+                old_grid = _infer_grid(found[1] - prefix, like=model.patch_encoder.grid_size)
+            except ValueError as e:
+                mismatched.append(f"{key}: expected {want}, found {found} ({e})")
+                continue
+            plan.append((variable, key, (old_grid, prefix)))
+            report["resampled"].append(
+                f"position embeddings {old_grid[0]}x{old_grid[1]} -> "
+                f"{model.patch_encoder.grid_size[0]}x{model.patch_encoder.grid_size[1]} ({resample})")
+        else:
+            mismatched.append(f"{key}: expected {want}, found {found}")
+    unexpected = []
+    for key in sorted(set(index) - expected):
+        if key.startswith("pre_logits/") and model.representation_size is None:
+            report["dropped"].append(key)
+        elif key.startswith("head/") and not model.include_top:
+            report["dropped"].append(key)
+        else:
+            unexpected.append(f"{key} {index[key][0]}")
+    if missing or unexpected or mismatched:
+        problems = []
+        if missing:
+            problems.append(f"missing keys: {_fmt_keys(missing)}")
+        if unexpected:
+            hint = ""
+            if any(k.startswith("cls ") for k in unexpected):
+                hint = " (the checkpoint has a class token: build the model with classifier='token')"
+            problems.append(f"unexpected keys{hint}: {_fmt_keys(unexpected)}")
+        if mismatched:
+            problems.append(f"shape mismatches: {_fmt_keys(mismatched)}")
+        raise ValueError(
+            f"Checkpoint {path} ({layout} key layout) does not fit the model {model.name!r}: "
+            + "; ".join(problems) + ". The model was left unchanged."
+        )
+    _verify_data(path)
+    with np.load(path, allow_pickle=False) as npz:
+        for variable, key, resampling in plan:
+            value = npz[key]
+            if resampling is not None:
+                old_grid, prefix = resampling
+                value = resample_position_embeddings(
+                    value, model.patch_encoder.grid_size, old_grid=old_grid, num_prefix_tokens=prefix,
+                    method=resample)
+            variable.assign(np.reshape(value, variable.shape).astype(variable.dtype))
+            report["loaded"].append(key)
+            del value
+    pieces = [f"loaded {len(report['loaded'])} arrays"]
+    for what in ("kept", "dropped", "resampled"):
+        pieces.append(f"{what}: {', '.join(report[what]) or 'nothing'}")
+    log.info("%s from %s (%s layout); %s.", pieces[0], path, layout, "; ".join(pieces[1:]))
+    return report
+
+
+def save_official_npz(model, path, *, layout="released"):
+    """Writes a keras-vit model as an official .npz checkpoint (atomically).
+
+    The inverse of `load_official_npz`: the same key table, the official array shapes.
+    """
+    if layout not in LAYOUTS:
+        raise ValueError(f"Unknown key layout {layout!r}; use one of {LAYOUTS}.")
+    arrays = {}
+    for variable in model.weights:
+        key = official_key(variable.path, layout)
+        arrays[key] = np.reshape(np.asarray(variable.numpy()), _official_shape(variable, key, model, layout))
+    with atomic_path(path) as tmp:
+        np.savez(tmp, **arrays)
+        if not tmp.endswith(".npz"):  # np.savez appends .npz to other names
+            os.replace(tmp + ".npz", tmp)
+    return path
+
+
+def copy_weights(source, target, *, method="official"):
+    """Copies weights between two keras-vit models of the same architecture.
+
+    Position embeddings are resampled when the patch grids differ; a head of another
+    class count is kept as the target has it. Returns a report like `load_official_npz`.
+    """
+    src = {v.path: v for v in source.weights}
+    plan, problems = [], []
+    report = {"loaded": [], "kept": [], "dropped": [], "resampled": []}
+    for variable in target.weights:
+        s = src.pop(variable.path, None)
+        if s is None:
+            if variable.path.startswith("head/"):
+                report["kept"].append(variable.path)
+            else:
+                problems.append(f"{variable.path} missing in the source")
+        elif tuple(s.shape) == tuple(variable.shape):
+            plan.append((variable, s, None))
+        elif variable.path.startswith("head/"):
+            report["kept"].append(f"{variable.path} (target {tuple(variable.shape)}, source {tuple(s.shape)})")
+        elif variable.path == "patch_encoder/pos_embedding" and s.shape[-1] == variable.shape[-1]:
+            old_grid = source.patch_encoder.grid_size
+            plan.append((variable, s, old_grid))
+            new_grid = target.patch_encoder.grid_size
+            report["resampled"].append(
+                f"position embeddings {old_grid[0]}x{old_grid[1]} -> {new_grid[0]}x{new_grid[1]} ({method})")
+        else:
+            problems.append(f"{variable.path}: target {tuple(variable.shape)}, source {tuple(s.shape)}")
+    for path in src:
+        if path.startswith(("head/", "pre_logits/")):
+            report["dropped"].append(path)
+        else:
+            problems.append(f"{path} has no place in the target")
+    if problems:
+        raise ValueError(
+            f"Cannot copy weights from {source.name!r} to {target.name!r}: {_fmt_keys(problems)}. "
+            "The target was left unchanged."
+        )
+    for variable, s, old_grid in plan:
+        value = s.numpy()
+        if old_grid is not None:
+            value = resample_position_embeddings(
+                value, target.patch_encoder.grid_size, old_grid=old_grid,
+                num_prefix_tokens=target.num_prefix_tokens, method=method)
+        variable.assign(value.astype(variable.dtype))
+        report["loaded"].append(variable.path)
+    return report
+
+
+def variant_of(model):
+    """The name of the paper's variant a model's sizes match ("B/16", ...), or None."""
+    from keras_vit.models import VARIANTS
+
+    for name, sizes in VARIANTS.items():
+        resnet = sizes.get("resnet")
+        same = (
+            tuple(model.patch_size) == (sizes["patch_size"],) * 2
+            and model.hidden_size == sizes["hidden_size"]
+            and model.num_layers == sizes["num_layers"]
+            and model.num_heads == sizes["num_heads"]
+            and model.mlp_dim == sizes["mlp_dim"]
+            and (model.resnet is None) == (resnet is None)
+            and (resnet is None or tuple(model.resnet["num_layers"]) == tuple(resnet["num_layers"]))
+        )
+        if same:
+            return name
+    return None
+
+
+def resolve_weights(name, variant, image_size=(224, 224)):
+    """The URL of a released checkpoint: a name of NAMED_WEIGHTS, or an AugReg file name.
+
+    Example:
+    >>> resolve_weights("imagenet21k", "B/16")
+    'https://storage.googleapis.com/vit_models/imagenet21k/ViT-B_16.npz'
+    """
+    base = os.environ.get(WEIGHTS_URL_ENV, DEFAULT_WEIGHTS_URL).rstrip("/")
+    stem = name[:-4] if name.endswith(".npz") else name
+    if _AUGREG_FILE.match(stem):
+        return f"{base}/augreg/{stem}.npz"
+    if name not in NAMED_WEIGHTS:
+        raise ValueError(
+            f"Unknown weights {name!r}: not a file, and not one of {NAMED_WEIGHTS} or an AugReg "
+            "checkpoint name such as 'B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0'."
+        )
+    available = {"imagenet21k": _IMAGENET21K, "imagenet21k+imagenet2012": _IMAGENET21K_IMAGENET2012,
+                 "augreg": tuple(_AUGREG), "augreg+imagenet2012": tuple(_AUGREG)}[name]
+    if variant not in available:
+        raise ValueError(
+            f"No {name!r} weights were released for {variant or 'this model'}; "
+            f"they exist for {', '.join(available)}."
+        )
+    if name == "imagenet21k":
+        return f"{base}/imagenet21k/{_OFFICIAL_NAME[variant]}.npz"
+    if name == "imagenet21k+imagenet2012":
+        suffix = "-224" if variant in _HAS_224_FINETUNE and max(image_size) <= 224 else ""
+        return f"{base}/imagenet21k+imagenet2012/{_OFFICIAL_NAME[variant]}{suffix}.npz"
+    if name == "augreg":
+        return f"{base}/augreg/{_AUGREG[variant]}.npz"
+    lr = _AUGREG_FINETUNE_LR[variant]
+    return f"{base}/augreg/{_AUGREG[variant]}--imagenet2012-steps_20k-lr_{lr}-res_384.npz"
+
+
+def fetch_weights(name, variant, image_size=(224, 224)):
+    """Downloads a released checkpoint once into the Keras cache (with progress); its path."""
+    import keras
+
+    url = resolve_weights(name, variant, image_size)
+    folder, fname = url.rsplit("/", 2)[-2:]
+    return keras.utils.get_file(fname=fname, origin=url, cache_subdir=os.path.join("models", "vit_models", folder))
+
+
+def _load_keras_file(model, path, method):
+    """Loads a .keras or .weights.h5 saved by keras-vit, resampling to the model's size."""
+    import keras
+
+    if path.endswith(".keras"):
+        source = keras.models.load_model(path, compile=False, safe_mode=True)
+    else:
+        source = _model_at_saved_size(model, path)
+        source.load_weights(path)
+    report = copy_weights(source, model, method=method)
+    del source
+    return report
+
+
+def _model_at_saved_size(model, path):
+    """A twin of `model` at the image size whose position embeddings a .weights.h5 holds."""
+    import h5py
+
+    found = []
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda name, obj: found.append(obj.shape)
+                     if isinstance(obj, h5py.Dataset) and "patch_encoder" in name and len(obj.shape) == 3
+                     and obj.shape[0] == 1 and obj.shape[1] > 1 else None)
+    if not found:
+        raise ValueError(f"{path} holds no keras-vit position embeddings (patch_encoder).")
+    tokens = found[0][1] - model.num_prefix_tokens
+    grid = _infer_grid(tokens, like=model.patch_encoder.grid_size)
+    stride = (model.image_size[0] // model.patch_encoder.grid_size[0],
+              model.image_size[1] // model.patch_encoder.grid_size[1])
+    config = dict(model.get_config(), image_size=(grid[0] * stride[0], grid[1] * stride[1]))
+    return type(model).from_config(config)
+
+
+def load_weights(model, weights, *, method="official"):
+    """Loads `weights` into a keras-vit model: a released name, .npz, .keras or .weights.h5.
+
+    A file saved at another resolution is resampled to the model's patch grid.
+    """
+    weights = os.fspath(weights)
+    if os.path.isfile(weights):
+        if weights.endswith(".keras") or weights.endswith(".weights.h5"):
+            return _load_keras_file(model, weights, method)
+        return load_official_npz(model, weights, resample=method)
+    if weights.endswith((".npz", ".keras", ".h5")) or os.sep in weights:
+        raise FileNotFoundError(f"weights file {weights} does not exist.")
+    path = fetch_weights(weights, variant_of(model), model.image_size)
+    return load_official_npz(model, path, resample=method)
+
+
+def convert_checkpoint(checkpoint, out, *, variant, image_size=224, classes=1000, representation_size=None,
+                       resample="official", overwrite=False):
+    """An official checkpoint -> a ready-to-fine-tune `.keras` model, written atomically.
+
+    The classifier (class token or gap) follows the checkpoint; the head is new (zero-
+    initialized) when `classes` differs from the checkpoint's.
+    """
+    from keras_vit.models import create_model
+
+    out = os.fspath(out)
+    if not out.endswith(".keras"):
+        raise ValueError(f"--out must end in .keras, got {out}.")
+    if os.path.exists(out) and not overwrite:
+        raise FileExistsError(f"{out} exists; pass overwrite=True (--overwrite) to replace it.")
+    index = _read_index(os.fspath(checkpoint))
+    classifier = "token" if "cls" in index else "gap"
+    model = create_model(variant, image_size=image_size, classes=classes, classifier=classifier,
+                         representation_size=representation_size)
+    log.info("built %s at %s with %d classes (%s classifier)", variant, model.image_size, classes, classifier)
+    load_official_npz(model, checkpoint, resample=resample)
+    with atomic_path(out, overwrite=overwrite) as tmp:
+        model.save(tmp)
+    log.info("wrote %s", out)
+    return out
+
+
+def from_official_config(config, image_size=224, **kwargs):
+    """A VisionTransformer from a config in the official vit_jax layout (a dict).
+
+    Reads num_classes, patches.size, hidden_size, transformer.{mlp_dim, num_heads,
+    num_layers, dropout_rate, attention_dropout_rate}, classifier, representation_size
+    and resnet.{num_layers, width_factor}; keyword arguments override.
+    """
+    from keras_vit.models import VisionTransformer
+
+    transformer = config["transformer"]
+    resnet = config.get("resnet")
+    args = dict(
+        image_size=image_size,
+        patch_size=tuple(config["patches"]["size"]),
+        hidden_size=config["hidden_size"],
+        num_layers=transformer["num_layers"],
+        num_heads=transformer["num_heads"],
+        mlp_dim=transformer["mlp_dim"],
+        dropout_rate=transformer.get("dropout_rate", 0.0),
+        attention_dropout_rate=transformer.get("attention_dropout_rate", 0.0),
+        classes=config.get("num_classes") or 1000,
+        include_top=bool(config.get("num_classes")),
+        classifier=config.get("classifier", "token"),
+        representation_size=config.get("representation_size"),
+        resnet=None if resnet is None else {"num_layers": tuple(resnet["num_layers"]),
+                                            "width_factor": resnet.get("width_factor", 1)},
+    )
+    args.update(kwargs)
+    return VisionTransformer(**args)

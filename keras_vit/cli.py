@@ -1,0 +1,83 @@
+"""`keras-vit` command line: thin front ends over the Python API, one subcommand each."""
+
+import argparse
+import os
+import sys
+
+
+def _convert(args):
+    from keras_vit.checkpoints import convert_checkpoint
+
+    convert_checkpoint(
+        args.checkpoint,
+        args.out,
+        variant=args.variant,
+        image_size=args.image_size,
+        classes=args.classes,
+        representation_size=args.representation_size,
+        resample=args.resample,
+        overwrite=args.overwrite,
+    )
+
+
+def _size(text):
+    parts = [int(p) for p in text.lower().replace("x", ",").split(",") if p]
+    if len(parts) not in (1, 2):
+        raise argparse.ArgumentTypeError(f"expected SIZE or H,W, got {text!r}")
+    return parts[0] if len(parts) == 1 else tuple(parts)
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="keras-vit",
+        description="The Vision Transformer for Keras 3: convert official checkpoints, train recipes, "
+        "export, predict and visualize.",
+    )
+    parser.add_argument("--version", action="version", version=_version())
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = commands.add_parser(
+        "convert",
+        help="official .npz checkpoint -> a ready-to-fine-tune .keras model",
+        description="Builds a model of VARIANT at --image-size, loads the checkpoint (position embeddings "
+        "resampled, a new zero-initialized head when --classes differs) and writes it atomically.",
+    )
+    p.add_argument("checkpoint", help="checkpoint in the official layout (.npz)")
+    p.add_argument("--variant", required=True, help="e.g. B/16, L/16, R50+B/16 (see keras_vit.VARIANTS)")
+    p.add_argument("--image-size", type=_size, default=224, help="SIZE or H,W (default 224)")
+    p.add_argument("--classes", type=int, default=1000, help="classes of the head (default 1000)")
+    p.add_argument("--representation-size", type=int, default=None,
+                   help="keep a pre-logits layer of this width (default: none, as the official fine-tuning)")
+    p.add_argument("--resample", default="official", choices=("official", "bilinear", "bicubic"))
+    p.add_argument("--out", required=True, help="output .keras file")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    p.set_defaults(func=_convert)
+    return parser
+
+
+def _version():
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"keras-vit {version('keras-vit')}"
+    except PackageNotFoundError:
+        return "keras-vit (not installed)"
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        args.func(args)
+    except (ValueError, FileNotFoundError, FileExistsError) as e:
+        print(f"keras-vit {args.command}: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

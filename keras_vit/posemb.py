@@ -1,0 +1,147 @@
+"""Position embeddings at a new resolution: resampling the grid, and moving whole models.
+
+"official" reproduces the official fine-tuning code (`vit_jax/checkpoint.py`):
+`scipy.ndimage.zoom(grid, (new_h / old_h, new_w / old_w, 1), order=1)`, a bilinear
+interpolation whose sample points align the grid's corners. "bilinear" and "bicubic"
+sample at half-pixel centres, as `tf.image.resize` and timm do.
+"""
+
+import logging
+import math
+
+import numpy as np
+
+METHODS = ("official", "bilinear", "bicubic")
+
+log = logging.getLogger("keras_vit")
+
+
+def _corner_aligned_weights(n_in, n_out):
+    """(n_out, n_in) linear-interpolation weights sampling at i * (n_in - 1) / (n_out - 1)."""
+    step = (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+    src = np.arange(n_out, dtype=np.float64) * step
+    lo = np.clip(np.floor(src).astype(int), 0, n_in - 1)
+    hi = np.minimum(lo + 1, n_in - 1)
+    frac = src - lo
+    weights = np.zeros((n_out, n_in))
+    np.add.at(weights, (np.arange(n_out), lo), 1.0 - frac)
+    np.add.at(weights, (np.arange(n_out), hi), frac)
+    return weights
+
+
+def _cubic(t, a=-0.5):
+    """Keys' cubic convolution kernel (a = -0.5, as tf.image.resize)."""
+    t = np.abs(t)
+    return np.where(
+        t <= 1,
+        ((a + 2) * t - (a + 3)) * t * t + 1,
+        np.where(t < 2, ((a * t - 5 * a) * t + 8 * a) * t - 4 * a, 0.0),
+    )
+
+
+def _half_pixel_weights(n_in, n_out, method):
+    """(n_out, n_in) weights sampling at (i + 0.5) * n_in / n_out - 0.5, edges clamped."""
+    src = (np.arange(n_out, dtype=np.float64) + 0.5) * (n_in / n_out) - 0.5
+    weights = np.zeros((n_out, n_in))
+    rows = np.arange(n_out)
+    if method == "bilinear":
+        src = np.clip(src, 0, n_in - 1)
+        lo = np.floor(src).astype(int)
+        hi = np.minimum(lo + 1, n_in - 1)
+        frac = src - lo
+        np.add.at(weights, (rows, lo), 1.0 - frac)
+        np.add.at(weights, (rows, hi), frac)
+    else:
+        # Taps outside the grid get no weight and the rest are renormalized, as
+        # jax.image.resize and tf.image.resize(antialias=True) do.
+        base = np.floor(src).astype(int)
+        for offset in (-1, 0, 1, 2):
+            idx = base + offset
+            inside = (idx >= 0) & (idx < n_in)
+            np.add.at(weights, (rows[inside], idx[inside]), _cubic(src - idx)[inside])
+        weights /= weights.sum(axis=1, keepdims=True)
+    return weights
+
+
+def _resample_grid(grid, new_grid, method):
+    """Resamples a (gh, gw, D) array to (new_gh, new_gw, D), separably, in float64."""
+    make = _corner_aligned_weights if method == "official" else (
+        lambda n_in, n_out: _half_pixel_weights(n_in, n_out, method))
+    rows = make(grid.shape[0], new_grid[0])
+    cols = make(grid.shape[1], new_grid[1])
+    out = np.einsum("ih,hwd->iwd", rows, grid.astype(np.float64))
+    return np.einsum("jw,iwd->ijd", cols, out)
+
+
+def _infer_grid(num_patches, like=None):
+    side = math.isqrt(num_patches)
+    if side * side == num_patches:
+        return side, side
+    if like is not None:  # same aspect ratio as a given grid
+        gh = round(math.sqrt(num_patches * like[0] / like[1]))
+        if gh and num_patches % gh == 0 and gh * like[1] == (num_patches // gh) * like[0]:
+            return gh, num_patches // gh
+    raise ValueError(
+        f"Cannot tell the patch grid of {num_patches} position embeddings: it is not square. "
+        "Pass old_grid=(rows, cols)."
+    )
+
+
+def resample_position_embeddings(posemb, new_grid, *, old_grid=None, num_prefix_tokens=1, method="official"):
+    """Resamples learned position embeddings to a new patch grid; prefix tokens are kept.
+
+    Args:
+        posemb: array (1, prefix + gh * gw, D) or (prefix + gh * gw, D).
+        new_grid: int or (rows, cols) of the new patch grid.
+        old_grid: (rows, cols) of the stored grid; inferred when it is square.
+        num_prefix_tokens: leading embeddings that are not on the grid (the class token).
+        method: "official" (corner-aligned bilinear, as scipy.ndimage.zoom(order=1)),
+            "bilinear" or "bicubic" (half-pixel centres).
+
+    Returns:
+        An array of the input's rank and dtype with prefix + rows * cols embeddings.
+
+    Example:
+    >>> pe = np.random.normal(size=(1, 1 + 14 * 14, 768)).astype("float32")
+    >>> resample_position_embeddings(pe, 24).shape
+    (1, 577, 768)
+    """
+    if method not in METHODS:
+        raise ValueError(f"Unknown resampling method {method!r}; use one of {METHODS}.")
+    posemb = np.asarray(posemb)
+    squeeze = posemb.ndim == 2
+    if squeeze:
+        posemb = posemb[None]
+    if posemb.ndim != 3 or posemb.shape[0] != 1:
+        raise ValueError(f"position embeddings must be (1, tokens, dim) or (tokens, dim), got {posemb.shape}.")
+    new_grid = (new_grid, new_grid) if isinstance(new_grid, int) else tuple(int(g) for g in new_grid)
+    prefix, grid = posemb[:, :num_prefix_tokens], posemb[0, num_prefix_tokens:]
+    old_grid = _infer_grid(len(grid), like=new_grid) if old_grid is None else tuple(int(g) for g in old_grid)
+    if old_grid[0] * old_grid[1] != len(grid):
+        raise ValueError(
+            f"old_grid {old_grid} holds {old_grid[0] * old_grid[1]} positions, but the embeddings have "
+            f"{len(grid)} after {num_prefix_tokens} prefix token(s)."
+        )
+    if old_grid == new_grid:
+        out = posemb
+    else:
+        resampled = _resample_grid(grid.reshape(old_grid + (-1,)), new_grid, method)
+        resampled = resampled.reshape(1, new_grid[0] * new_grid[1], -1).astype(posemb.dtype)
+        out = np.concatenate([prefix, resampled], axis=1)
+    return out[0] if squeeze else out
+
+
+def with_image_size(model, image_size, *, method="official"):
+    """The same model at another input size: all weights copied, position embeddings resampled.
+
+    Example:
+    >>> model_384 = with_image_size(keras_vit.ViTB16(), 384)
+    """
+    from keras_vit.checkpoints import copy_weights
+    from keras_vit.layers import _pair
+
+    config = model.get_config()
+    config["image_size"] = _pair(image_size, "image_size")
+    new = type(model).from_config(config)
+    copy_weights(model, new, method=method)
+    return new

@@ -1,0 +1,148 @@
+"""The hybrid's BiT ResNet-v2 stem: weight-standardized convolutions, GroupNorm, bottlenecks.
+
+As the official `vit_jax/models_resnet.py` and the root block of `models_vit.py`:
+conv_root 7x7/2 without bias, GroupNorm(32, eps 1e-6), ReLU, max-pool 3x3/2 SAME, then
+stages of bottleneck units (the first stage with stride 1, later ones with stride 2).
+"""
+
+import keras
+from keras import ops
+
+from keras_vit.layers import _pair, _register
+
+GROUPS = 32
+GN_EPSILON = 1e-6
+WS_EPSILON = 1e-5
+
+
+def standardize_kernel(kernel, epsilon=WS_EPSILON):
+    """(w - mean) / (std + eps) over (H, W, Cin), with the population std."""
+    mean = ops.mean(kernel, axis=(0, 1, 2), keepdims=True)
+    centered = kernel - mean
+    std = ops.sqrt(ops.mean(ops.square(centered), axis=(0, 1, 2), keepdims=True))
+    return centered / (std + epsilon)
+
+
+@_register
+class StdConv2D(keras.layers.Layer):
+    """A bias-free convolution whose kernel is weight-standardized at every call.
+
+    The standardization runs in float32 on the stored kernel, also under mixed
+    precision, because the statistics of a bfloat16 kernel lose the small differences
+    that weight standardization amplifies.
+    """
+
+    def __init__(self, filters, kernel_size, strides=1, **kwargs):
+        super().__init__(**kwargs)
+        self.filters = int(filters)
+        self.kernel_size = _pair(kernel_size, "kernel_size")
+        self.strides = _pair(strides, "strides")
+
+    def build(self, input_shape):
+        channels = tuple(input_shape)[-1]
+        self.kernel = self.add_weight(
+            shape=self.kernel_size + (channels, self.filters),
+            initializer="he_normal",
+            name="kernel",
+            autocast=False,
+        )
+
+    def call(self, inputs):
+        kernel = ops.cast(standardize_kernel(ops.cast(self.kernel, "float32")), inputs.dtype)
+        return ops.conv(inputs, kernel, strides=self.strides, padding="same")
+
+    def compute_output_shape(self, input_shape):
+        b, h, w, _ = tuple(input_shape)
+        sh, sw = self.strides
+        size = lambda n, s: None if n is None else -(-n // s)  # noqa: E731 - SAME padding
+        return (b, size(h, sh), size(w, sw), self.filters)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "filters": self.filters,
+            "kernel_size": self.kernel_size,
+            "strides": self.strides,
+        }
+
+
+def _group_norm(name, policy, gamma_initializer="ones"):
+    return keras.layers.GroupNormalization(
+        groups=GROUPS, epsilon=GN_EPSILON, gamma_initializer=gamma_initializer, name=name, dtype=policy
+    )
+
+
+@_register
+class BottleneckUnit(keras.layers.Layer):
+    """A ResNet-v2 bottleneck unit as BiT and the ViT hybrids use it.
+
+    conv1 1x1 -> gn1 -> ReLU -> conv2 3x3 (carrying the stride) -> gn2 -> ReLU ->
+    conv3 1x1 to 4 * features -> gn3 (zero-initialized scale) -> ReLU(residual + y);
+    the residual goes through conv_proj + gn_proj when the channels or the stride change.
+    """
+
+    def __init__(self, features, strides=1, **kwargs):
+        super().__init__(**kwargs)
+        self.features = int(features)
+        self.strides = _pair(strides, "strides")
+        policy = self.dtype_policy
+        out = 4 * self.features
+        self.conv1 = StdConv2D(self.features, 1, name="conv1", dtype=policy)
+        self.gn1 = _group_norm("gn1", policy)
+        self.conv2 = StdConv2D(self.features, 3, strides=self.strides, name="conv2", dtype=policy)
+        self.gn2 = _group_norm("gn2", policy)
+        self.conv3 = StdConv2D(out, 1, name="conv3", dtype=policy)
+        self.gn3 = _group_norm("gn3", policy, gamma_initializer="zeros")
+        self.conv_proj = None
+        self.gn_proj = None
+
+    def build(self, input_shape):
+        input_shape = tuple(input_shape)
+        if input_shape[-1] != 4 * self.features or self.strides != (1, 1):
+            self.conv_proj = StdConv2D(4 * self.features, 1, strides=self.strides, name="conv_proj", dtype=self.dtype_policy)
+            self.gn_proj = _group_norm("gn_proj", self.dtype_policy)
+            self.conv_proj.build(input_shape)
+            self.gn_proj.build(self.conv_proj.compute_output_shape(input_shape))
+        shape = input_shape
+        for conv, norm in ((self.conv1, self.gn1), (self.conv2, self.gn2), (self.conv3, self.gn3)):
+            conv.build(shape)
+            shape = conv.compute_output_shape(shape)
+            norm.build(shape)
+
+    def call(self, x):
+        residual = x
+        if self.conv_proj is not None:
+            residual = self.gn_proj(self.conv_proj(x))
+        y = ops.relu(self.gn1(self.conv1(x)))
+        y = ops.relu(self.gn2(self.conv2(y)))
+        y = self.gn3(self.conv3(y))
+        return ops.relu(residual + y)
+
+    def compute_output_shape(self, input_shape):
+        return self.conv2.compute_output_shape(tuple(input_shape))[:-1] + (4 * self.features,)
+
+    def get_config(self):
+        return {**super().get_config(), "features": self.features, "strides": self.strides}
+
+
+def stem_stride(num_layers):
+    """How much the stem shrinks the image: 4 for the root, x2 for each stage after the first."""
+    return 4 * 2 ** max(len(num_layers) - 1, 0)
+
+
+def resnet_stem(x, num_layers=(3, 4, 9), width_factor=1):
+    """Adds the BiT ResNet-v2 stem to a functional graph: root block, then the stages.
+
+    `num_layers` gives the units per stage; an empty tuple keeps the root block alone.
+    Layer names follow the official checkpoint: conv_root, gn_root, block{i}_unit{j}.
+    """
+    width = int(64 * width_factor)
+    x = StdConv2D(width, 7, strides=2, name="conv_root")(x)
+    x = _group_norm("gn_root", None)(x)
+    x = keras.layers.ReLU(name="root_relu")(x)
+    x = keras.layers.MaxPooling2D(3, strides=2, padding="same", name="root_pool")(x)
+    for i, units in enumerate(num_layers):
+        for j in range(units):
+            stride = 2 if (i > 0 and j == 0) else 1
+            x = BottleneckUnit(width * 2**i, strides=stride, name=f"block{i + 1}_unit{j + 1}")(x)
+    return x

@@ -1,0 +1,135 @@
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit.layers import DropPath, Patches, PatchEncoder, TransformerBlock
+
+
+def test_patches_row_major_square_and_non_square():
+    rng = np.random.default_rng(0)
+    images = rng.normal(size=(2, 12, 8, 3)).astype("float32")
+    out = Patches((4, 2))(images).numpy()
+    assert out.shape == (2, 3 * 4, 4 * 2 * 3)
+    # patch (row 1, col 2) is the 7th in row-major order, flattened as (ph, pw, C)
+    np.testing.assert_array_equal(out[:, 1 * 4 + 2], images[:, 4:8, 4:6, :].reshape(2, -1))
+    assert Patches(4)(np.zeros((1, 16, 24, 3), "float32")).shape == (1, 24, 48)
+
+
+def test_patches_times_kernel_is_the_patch_encoder_projection():
+    rng = np.random.default_rng(1)
+    images = rng.normal(size=(2, 16, 24, 3)).astype("float32")
+    encoder = PatchEncoder(8, patch_size=4, class_token=False)
+    encoder.build((None, 16, 24, 3))
+    kernel, bias = encoder.projection.get_weights()
+    projected = Patches(4)(images).numpy() @ kernel.reshape(-1, 8) + bias
+    expected = projected + encoder.position_embedding.numpy()
+    np.testing.assert_allclose(encoder(images).numpy(), expected, atol=1e-5)
+
+
+def test_patches_refuse_to_crop():
+    with pytest.raises(ValueError, match=r"\(30, 32\) is not a multiple of the patch size \(16, 16\)"):
+        Patches(16)(np.zeros((1, 30, 32, 3), "float32"))
+
+
+def test_patch_encoder_grid_class_token_and_position_embeddings():
+    encoder = PatchEncoder(64, patch_size=(16, 8))
+    out = encoder(np.zeros((3, 64, 48, 3), "float32"))
+    assert encoder.grid_size == (4, 6) and encoder.num_patches == 24
+    assert out.shape == (3, 25, 64)
+    np.testing.assert_array_equal(encoder.cls.numpy(), 0.0)
+    assert encoder.position_embedding.shape == (1, 25, 64)
+    assert 0.015 < encoder.position_embedding.numpy().std() < 0.025
+    gap = PatchEncoder(64, patch_size=16, class_token=False)
+    assert gap(np.zeros((1, 32, 32, 3), "float32")).shape == (1, 4, 64)
+
+
+def _reference_block(x, block, approximate=True):
+    """The official Encoder1DBlock written in NumPy from the block's weights."""
+    def ln(v, gamma, beta):
+        mu = v.mean(-1, keepdims=True)
+        var = ((v - mu) ** 2).mean(-1, keepdims=True)
+        return (v - mu) / np.sqrt(var + 1e-6) * gamma + beta
+
+    def gelu(v):
+        if approximate:
+            return 0.5 * v * (1 + np.tanh(np.sqrt(2 / np.pi) * (v + 0.044715 * v**3)))
+        from scipy.special import erf
+        return 0.5 * v * (1 + erf(v / np.sqrt(2)))
+
+    w = {v.path.split("/", 1)[1]: v.numpy().astype("float64") for v in block.weights}
+    b, t, d = x.shape
+    h = block.num_heads
+    y = ln(x, w["norm1/gamma"], w["norm1/beta"])
+    q, k, v = (
+        (y @ w[f"{n}/kernel"] + w[f"{n}/bias"]).reshape(b, t, h, d // h).transpose(0, 2, 1, 3)
+        for n in ("query", "key", "value")
+    )
+    logits = (q / np.sqrt(d // h)) @ k.transpose(0, 1, 3, 2)
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    att = (probs @ v).transpose(0, 2, 1, 3).reshape(b, t, d) @ w["out/kernel"] + w["out/bias"]
+    x = x + att
+    y = ln(x, w["norm2/gamma"], w["norm2/beta"])
+    y = gelu(y @ w["mlp_dense1/kernel"] + w["mlp_dense1/bias"]) @ w["mlp_dense2/kernel"] + w["mlp_dense2/bias"]
+    return x + y, probs
+
+
+@pytest.mark.parametrize("approximate", [True, False])
+def test_transformer_block_matches_a_numpy_reference(approximate):
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(2, 9, 32)).astype("float32")
+    block = TransformerBlock(num_heads=4, mlp_dim=48, approximate_gelu=approximate)
+    block.build(x.shape)
+    for v in block.weights:
+        v.assign(rng.normal(scale=0.3, size=v.shape).astype("float32"))
+    y, probs = block(x, return_attention_scores=True)
+    ref_y, ref_probs = _reference_block(x.astype("float64"), block, approximate)
+    np.testing.assert_allclose(y.numpy(), ref_y, atol=2e-5)
+    np.testing.assert_allclose(probs.numpy(), ref_probs, atol=1e-6)
+    assert probs.shape == (2, 4, 9, 9)
+    np.testing.assert_allclose(probs.numpy().sum(-1), 1.0, atol=1e-6)
+
+
+def test_block_refuses_hidden_size_not_divisible_by_heads():
+    with pytest.raises(ValueError, match="hidden_size 30 is not divisible by num_heads 4"):
+        TransformerBlock(num_heads=4, mlp_dim=8)(np.zeros((1, 3, 30), "float32"))
+
+
+def test_drop_path_is_active_only_in_training():
+    x = np.ones((64, 4, 8), "float32")
+    layer = DropPath(0.5, seed=1)
+    np.testing.assert_array_equal(layer(x, training=False).numpy(), x)
+    out = layer(x, training=True).numpy()
+    per_sample = out.reshape(64, -1)
+    # whole samples are dropped or scaled by 1 / keep
+    assert set(np.unique(per_sample)) <= {0.0, 2.0}
+    assert 10 < (per_sample[:, 0] == 0).sum() < 54
+
+
+def test_block_with_drop_path_is_deterministic_at_inference_only():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(16, 5, 32)).astype("float32")
+    block = TransformerBlock(num_heads=4, mlp_dim=64, drop_path_rate=0.5)
+    a, b = block(x, training=False).numpy(), block(x, training=False).numpy()
+    np.testing.assert_array_equal(a, b)
+    assert not np.allclose(block(x, training=True).numpy(), a)
+
+
+@pytest.mark.parametrize(
+    "layer",
+    [
+        Patches((4, 2)),
+        PatchEncoder(16, patch_size=(2, 4), class_token=False),
+        TransformerBlock(2, 32, dropout_rate=0.1, attention_dropout_rate=0.2, drop_path_rate=0.3,
+                         approximate_gelu=False),
+        DropPath(0.25, seed=3),
+        keras_vit.StdConv2D(8, 3, strides=2),
+        keras_vit.BottleneckUnit(32, strides=2),
+    ],
+)
+def test_layer_config_round_trip(layer):
+    config = keras.saving.serialize_keras_object(layer)
+    assert config["module"] is None or "keras_vit" in config["registered_name"]
+    clone = keras.saving.deserialize_keras_object(config)
+    assert clone.get_config() == layer.get_config()

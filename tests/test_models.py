@@ -1,0 +1,167 @@
+import json
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from conftest import ROOT, randomize, tiny_vit
+
+# Counted by the official implementation from its own init (vit_jax/models_test.py), 1000 classes, 224x224.
+OFFICIAL_PARAMETERS = {
+    "ViTTi16": 5_717_416,
+    "ViTS16": 22_050_664,
+    "ViTS32": 22_878_952,
+    "ViTB16": 86_567_656,
+    "ViTB32": 88_224_232,
+    "ViTB8": 86_576_872,
+    "ViTL16": 304_326_632,
+    "ViTL32": 306_535_400,
+    "ViTH14": 632_045_800,
+    "R50ViTB16": 98_659_112,
+    "R26ViTS32": 36_431_912,
+    "R26ViTB32": 101_383_976,
+    "RViTTi16": 6_337_704,
+}
+
+
+@pytest.mark.parametrize("constructor,count", OFFICIAL_PARAMETERS.items())
+def test_parameter_counts_equal_the_official_implementation(constructor, count):
+    model = getattr(keras_vit, constructor)()
+    assert model.count_params() == count
+    assert model.output_shape == (None, 1000)
+
+
+def test_b16_at_384_has_the_official_parameter_count():
+    assert keras_vit.ViTB16(input_shape=(384, 384, 3)).count_params() == 86_859_496
+
+
+def test_create_model_accepts_official_names():
+    for name in ("B/16", "ViT-B_16", "vit-b16", "R50+ViT-B_16"):
+        assert keras_vit.models.canonical_variant(name) in keras_vit.VARIANTS
+    with pytest.raises(ValueError, match=r"Unknown ViT variant 'B/17'.*Known variants: Ti/16"):
+        keras_vit.create_model("B/17")
+
+
+@pytest.mark.parametrize("size", [(32, 32), (48, 24), (16, 40)])
+def test_shapes_square_and_non_square(size):
+    model = tiny_vit(image_size=size)
+    images = np.zeros((2,) + size + (3,), "float32")
+    assert model(images).shape == (2, 7)
+    assert model.patch_encoder.grid_size == (size[0] // 8, size[1] // 8)
+    features = tiny_vit(image_size=size, include_top=False)
+    assert features(images).shape == (2, 32)
+    unpooled = tiny_vit(image_size=size, include_top=False, pooling="unpooled")
+    assert unpooled(images).shape == (2, 1 + (size[0] // 8) * (size[1] // 8), 32)
+
+
+def test_gap_pooling_and_pre_logits():
+    model = tiny_vit(classifier="gap", representation_size=24)
+    assert "patch_encoder/cls" not in [v.path for v in model.weights]
+    assert model.get_layer("pre_logits").activation.__name__ == "tanh"
+    assert model(np.zeros((1, 32, 32, 3), "float32")).shape == (1, 7)
+    assert tiny_vit(classifier="gap", representation_size=24, include_top=False).output_shape == (None, 24)
+
+
+def test_head_starts_at_zero_and_keras_applications_signature():
+    model = keras_vit.ViTTi16(classes=10, input_shape=(64, 64, 3))
+    assert np.all(model.get_layer("head").kernel.numpy() == 0)
+    assert model.get_layer("predictions").activation.__name__ == "softmax"
+    assert np.allclose(model(np.zeros((1, 64, 64, 3), "float32")).numpy(), 0.1)
+    features = keras_vit.ViTTi16(include_top=False, input_shape=(64, 64, 3), pooling="avg")
+    assert features.output_shape == (None, 192)
+    inputs = keras.Input((32, 64, 3))
+    on_tensor = keras_vit.ViTS32(input_tensor=inputs, classes=3)
+    assert on_tensor.input_shape == (None, 32, 64, 3) and on_tensor.output_shape == (None, 3)
+
+
+def test_hybrid_shapes():
+    model = keras_vit.VisionTransformer(
+        image_size=64, patch_size=1, hidden_size=32, num_layers=1, num_heads=4, mlp_dim=64, classes=5,
+        resnet=dict(num_layers=(1, 1)))
+    assert model.patch_encoder.grid_size == (8, 8)
+    assert model(np.zeros((2, 64, 64, 3), "float32")).shape == (2, 5)
+    root_only = keras_vit.RViTTi16(input_shape=(64, 96, 3), classes=4)
+    assert root_only.patch_encoder.grid_size == (2, 3)
+
+
+def test_config_round_trip_gives_the_same_outputs():
+    model = randomize(tiny_vit(classifier="gap", representation_size=16, dropout_rate=0.1, drop_path_rate=0.2))
+    config = json.loads(json.dumps(model.get_config()))
+    clone = keras_vit.VisionTransformer.from_config(config)
+    clone.set_weights(model.get_weights())
+    x = np.random.default_rng(0).normal(size=(2, 32, 32, 3)).astype("float32")
+    np.testing.assert_array_equal(clone(x).numpy(), model(x).numpy())
+    assert clone.get_config() == model.get_config()
+
+
+def test_keras_file_round_trip_in_a_fresh_process(tmp_path):
+    model = randomize(keras_vit.VisionTransformer(
+        image_size=(32, 48), patch_size=1, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=32, classes=3,
+        resnet=dict(num_layers=(1,)), representation_size=8))
+    x = np.random.default_rng(1).normal(size=(2, 32, 48, 3)).astype("float32")
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", model.predict(x, verbose=0))
+    model.save(tmp_path / "m.keras")
+    script = f"""
+import numpy as np, keras, keras_vit
+m = keras.models.load_model({str(tmp_path / 'm.keras')!r})
+assert type(m) is keras_vit.VisionTransformer, type(m)
+y = m.predict(np.load({str(tmp_path / 'x.npy')!r}), verbose=0)
+np.testing.assert_array_equal(y, np.load({str(tmp_path / 'y.npy')!r}))
+print("same outputs")
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "same outputs" in result.stdout
+
+
+def test_one_training_step_lowers_the_loss():
+    keras.utils.set_random_seed(0)
+    model = tiny_vit(classes=4, drop_path_rate=0.1, dropout_rate=0.1)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(16, 32, 32, 3)).astype("float32")
+    y = rng.integers(0, 4, size=16)
+    before = model.evaluate(x, y, verbose=0)
+    model.train_on_batch(x, y)
+    after = model.evaluate(x, y, verbose=0)
+    assert after < before
+
+
+def test_mixed_precision_keeps_the_head_in_float32():
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    model = tiny_vit()
+    assert model.get_layer("encoderblock_0").compute_dtype == "bfloat16"
+    assert model.get_layer("head").compute_dtype == "float32"
+    assert model(np.zeros((1, 32, 32, 3), "float32")).dtype == "float32"
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(image_size=30), r"image_size \(30, 30\) is not a multiple of the patch size \(8, 8\)"),
+        (dict(hidden_size=30), "hidden_size 30 is not divisible by num_heads 4"),
+        (dict(classifier="cls"), "Unknown classifier 'cls'"),
+        (dict(pooling="max"), "Unknown pooling 'max'"),
+        (dict(classifier="gap", pooling="token"), "pooling='token' needs a class token"),
+        (dict(image_size=36, patch_size=1, resnet=dict(num_layers=(1, 1))),
+         r"image_size \(36, 36\) is not a multiple of the hybrid's effective patch size \(8, 8\)"),
+        (dict(drop_path_rate=1.0), r"drop_path_rate must be in \[0, 1\), got 1.0"),
+    ],
+)
+def test_bad_model_arguments_name_the_values(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        tiny_vit(**kwargs)
+
+
+def test_bad_channel_count_and_shapes_name_the_values():
+    with pytest.raises(ValueError, match=r"3 channels; input_shape \(224, 224, 1\) has 1"):
+        keras_vit.ViTB16(input_shape=(224, 224, 1))
+    with pytest.raises(ValueError, match=r"3 channels; input_shape \(32, 32, 4\) has 4"):
+        keras_vit.ViTTi16(input_tensor=keras.Input((32, 32, 4)))
+    with pytest.raises(ValueError, match=r"input_shape must be a static \(height, width, 3\)"):
+        keras_vit.ViTB16(input_shape=(None, None, 3))

@@ -1,0 +1,47 @@
+import numpy as np
+
+from keras_vit.stem import BottleneckUnit, StdConv2D, resnet_stem, standardize_kernel
+
+
+def test_weight_standardization_uses_population_std_over_h_w_cin():
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(3, 3, 4, 5)).astype("float32")
+    expected = (w - w.mean((0, 1, 2))) / (w.std((0, 1, 2)) + 1e-5)
+    np.testing.assert_allclose(standardize_kernel(w).numpy(), expected, atol=1e-5)
+
+
+def test_std_conv_is_a_same_padded_conv_with_the_standardized_kernel():
+    import tensorflow as tf
+
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(2, 9, 9, 4)).astype("float32")
+    conv = StdConv2D(6, 7, strides=2)
+    y = conv(x).numpy()
+    kernel = standardize_kernel(conv.kernel.numpy()).numpy()
+    expected = tf.nn.conv2d(x, kernel, strides=2, padding="SAME").numpy()
+    np.testing.assert_allclose(y, expected, atol=1e-4)
+    assert y.shape == (2, 5, 5, 6)
+
+
+def test_bottleneck_projects_only_when_channels_or_stride_change():
+    unit = BottleneckUnit(32)
+    assert unit(np.zeros((1, 8, 8, 128), "float32")).shape == (1, 8, 8, 128)
+    assert unit.conv_proj is None
+    strided = BottleneckUnit(32, strides=2)
+    assert strided(np.zeros((1, 8, 8, 128), "float32")).shape == (1, 4, 4, 128)
+    assert strided.conv_proj is not None
+    widened = BottleneckUnit(32)
+    widened(np.zeros((1, 8, 8, 64), "float32"))
+    assert widened.conv_proj is not None
+    # gn3 starts at zero scale, so a fresh unit without projection is ReLU(x)
+    x = np.random.default_rng(2).normal(size=(1, 4, 4, 128)).astype("float32")
+    np.testing.assert_allclose(BottleneckUnit(32)(x).numpy(), np.maximum(x, 0), atol=1e-6)
+
+
+def test_stem_downsamples_4x_then_2x_per_later_stage():
+    import keras
+
+    inputs = keras.Input((64, 64, 3))
+    assert resnet_stem(inputs, num_layers=()).shape == (None, 16, 16, 64)
+    keras.backend.clear_session()
+    assert resnet_stem(keras.Input((64, 64, 3)), num_layers=(1, 1)).shape == (None, 8, 8, 512)
