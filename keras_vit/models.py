@@ -98,6 +98,8 @@ class VisionTransformer(keras.Model):
         approximate_gelu: True for the tanh GELU the official checkpoints were trained
             with, False for the exact erf form.
         input_tensor: an optional Keras tensor to build the model on.
+        class_names: optional list of the head's class names, saved with the model
+            (`decode_predictions` and `keras-vit predict` use them).
 
     Example:
     >>> model = VisionTransformer(image_size=32, patch_size=4, hidden_size=64, num_layers=2,
@@ -129,9 +131,17 @@ class VisionTransformer(keras.Model):
         pooling=None,
         approximate_gelu=True,
         input_tensor=None,
+        class_names=None,
         **kwargs,
     ):
         image_size = _pair(image_size, "image_size")
+        if class_names is not None:
+            class_names = [str(c) for c in class_names]
+            if not include_top or len(class_names) != classes:
+                raise ValueError(
+                    f"class_names has {len(class_names)} names but the model has "
+                    f"{classes if include_top else 'no'} classes."
+                )
         patch_size = _pair(patch_size, "patch_size")
         resnet = _normalize_resnet(resnet)
         if classifier not in CLASSIFIERS:
@@ -226,6 +236,7 @@ class VisionTransformer(keras.Model):
         self.classifier_activation = classifier_activation
         self.pooling = pooling
         self.approximate_gelu = bool(approximate_gelu)
+        self.class_names = class_names
 
         if weights is not None:
             from keras_vit.checkpoints import load_weights
@@ -266,6 +277,7 @@ class VisionTransformer(keras.Model):
             "classifier_activation": self.classifier_activation,
             "pooling": self.pooling,
             "approximate_gelu": self.approximate_gelu,
+            "class_names": self.class_names,
         }
 
     @classmethod
