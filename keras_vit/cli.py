@@ -20,6 +20,18 @@ def _convert(args):
     )
 
 
+def _train(args):
+    from keras_vit.training import apply_overrides, load_recipe, train
+
+    config = apply_overrides(load_recipe(args.recipe), args.set)
+    model_dir = args.model_dir or os.path.join(
+        "runs", os.path.splitext(os.path.basename(args.recipe))[0])
+    metrics = train(config, model_dir, backup_dir=args.backup_dir)
+    if metrics["stopped_early"]:
+        raise RuntimeError(f"training stopped after {metrics['epochs_completed']} of {config['epochs']} epochs "
+                           "(a NaN loss?); see the history in the model dir")
+
+
 def _size(text):
     parts = [int(p) for p in text.lower().replace("x", ",").split(",") if p]
     if len(parts) not in (1, 2):
@@ -35,6 +47,23 @@ def build_parser():
     )
     parser.add_argument("--version", action="version", version=_version())
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = commands.add_parser(
+        "train",
+        help="run a training recipe with model.fit (recipes/*.py)",
+        description="Runs RECIPE (a Python file whose get_config() returns the experiment) with model.fit "
+        "under the tf.distribute strategy that fits the machine (TPU, several workers via TF_CONFIG, several "
+        "GPUs, or one device). Writes model.keras, best.keras, metrics.json, history.csv and TensorBoard logs "
+        "to --model-dir. Rerunning the same command after a crash resumes from the last finished epoch.",
+    )
+    p.add_argument("recipe", help="e.g. recipes/digits.py")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a recipe key, e.g. --set epochs=5 --set model.hidden_size=256 "
+                   "--set data=../shared/data/cifar10-jpeg.tgz (repeatable)")
+    p.add_argument("--model-dir", default=None, help="output folder (default runs/<recipe name>)")
+    p.add_argument("--backup-dir", default=None,
+                   help="where preemption backups go (default <model-dir>/backup); one folder per worker inside")
+    p.set_defaults(func=_train)
 
     p = commands.add_parser(
         "convert",
@@ -73,7 +102,7 @@ def main(argv=None):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
         args.func(args)
-    except (ValueError, FileNotFoundError, FileExistsError) as e:
+    except (ValueError, FileNotFoundError, FileExistsError, RuntimeError) as e:
         print(f"keras-vit {args.command}: error: {e}", file=sys.stderr)
         return 1
     return 0
