@@ -513,9 +513,9 @@ def _predictions(model, images, batch_size):
 
 def _plot_rollout(pixels, upsampled, names, predictions, source):
     n = min(len(pixels), _MAX_ROLLOUT_PANELS)
-    pairs = min(n, 4)
+    pairs = min(n, 5)
     rows = math.ceil(n / pairs)
-    fig = _figure(2.1 * 2 * pairs + 0.6, 2.3 * rows + 0.5)
+    fig = _figure(1.8 * 2 * pairs + 0.8, 2.0 * rows + 0.5)
     axes = fig.subplots(rows, 2 * pairs, squeeze=False)
     h, w = pixels.shape[1:3]
     for i in range(rows * pairs):
@@ -612,7 +612,7 @@ def _plot_attention_distance(distances, uniform, image_size, patch_size, num_ima
     ax.set_title(f"Mean attention distance per head, {num_images} image{'s' if num_images != 1 else ''}\n"
                  f"{image_size[0]}x{image_size[1]} px, patches {patch_size[0]:g}x{patch_size[1]:g} px", fontsize=10)
     if heads <= 24:
-        ax.legend(fontsize=6, ncol=1 if heads <= 12 else 2, loc="upper left", bbox_to_anchor=(1.0, 1.0),
+        ax.legend(fontsize=7, ncol=1 if heads <= 12 else 2, loc="upper left", bbox_to_anchor=(1.0, 1.0),
                   frameon=False)
     ax.grid(alpha=0.3)
     return fig
