@@ -16,8 +16,8 @@ The math is also exposed as pure functions on arrays (`rollout`, `rollout_to_map
 exact synthetic attention.
 
 Attention probabilities come from the model's own blocks (`return_attention_scores=True`),
-called on the model's own token features batch by batch: no copy of the model is made and
-only one batch of one layer's probabilities is held at a time by the reducing functions.
+called on the model's own token features batch by batch: no copy of the model is made, and
+the reducing functions hold one layer's probabilities for one batch at a time.
 
 Class-token handling: rollout reads the class token's row for models that pool the
 class token, and the mean of the pooled tokens' rows otherwise ("gap"). Attention
@@ -205,7 +205,7 @@ def _check_images(model, images):
     if images.ndim == 3:
         images = images[None]
     expected = tuple(model.image_size) + (3,)
-    if images.ndim != 4 or images.shape[1:] != expected:
+    if images.ndim != 4 or images.shape[1:] != expected or not len(images):
         raise ValueError(
             f"images must be (B, {expected[0]}, {expected[1]}, 3) at the model's size, got shape {images.shape}; "
             "keras_vit.visualize.load_images reads and resizes image files."
@@ -231,42 +231,60 @@ def _read_out(model):
 
 
 def _iter_attention(model, images, batch_size):
-    """Yields (batch_start, [per-layer probs (b, heads, T, T)]) one batch at a time.
+    """Yields, per batch of images, an iterator over the blocks' probabilities (b, heads, T, T).
 
     The blocks are called eagerly on the output of the model's own embedding layers,
-    which adds no nodes to the model's graph and shares every weight.
+    which adds no nodes to the model's graph and shares every weight. Each layer's
+    probabilities are computed when the consumer asks for them, so a reducing consumer
+    holds one layer of one batch at a time.
     """
     import keras
 
     _check_model(model)
     images = _check_images(model, images)
-    if int(batch_size) < 1:
+    batch_size = int(batch_size)
+    if batch_size < 1:
         raise ValueError(f"batch_size must be positive, got {batch_size}.")
     embed = keras.Model(model.input, model.get_layer("encoder_dropout").output)
-    blocks = model.blocks
-    for start in range(0, len(images), int(batch_size)):
-        x = embed(images[start:start + int(batch_size)], training=False)
-        probs = []
-        for block in blocks:
-            x, p = block(x, training=False, return_attention_scores=True)
-            probs.append(keras.ops.convert_to_numpy(p))
-        yield start, probs
+
+    def layers(x):
+        for block in model.blocks:
+            x, probs = block(x, training=False, return_attention_scores=True)
+            yield keras.ops.convert_to_numpy(probs)
+
+    for start in range(0, len(images), batch_size):
+        yield layers(embed(images[start:start + batch_size], training=False))
 
 
 def attention_probabilities(model, images, batch_size=16):
     """The attention probabilities of every block, a list of (B, heads, T, T) float32 arrays.
 
     Holds all of them in memory (12 layers x 12 heads x 197^2 floats = 22 MB per image for
-    ViT-B/16 at 224); `attention_rollout` and `mean_attention_distance` reduce batch by batch.
+    ViT-B/16 at 224); `attention_rollout` and `mean_attention_distance` reduce layer by layer.
 
     Example:
     >>> probs = attention_probabilities(model, keras_vit.preprocess_input(images))
     >>> len(probs), probs[0].shape   # (12, (8, 12, 197, 197)) for ViT-B/16 and 8 images
     """
-    layers = None
-    for _, probs in _iter_attention(model, images, batch_size):
-        layers = [[p] for p in probs] if layers is None else [acc + [p] for acc, p in zip(layers, probs)]
-    return [np.concatenate(parts) for parts in layers]
+    batches = [list(layers) for layers in _iter_attention(model, images, batch_size)]
+    return [np.concatenate(parts) for parts in zip(*batches)]
+
+
+def _reduce_attention(model, images, batch_size):
+    """One pass over `images`: rollout maps (B, gh, gw) and mean attention distances (L, heads)."""
+    _check_model(model)
+    grid, pixels, prefix, source = (model.patch_encoder.grid_size, patch_pixels(model), model.num_prefix_tokens,
+                                    _read_out(model))
+    maps, total, count = [], 0.0, 0
+    for layers in _iter_attention(model, images, batch_size):
+        head_means, distances = [], []
+        for probs in layers:
+            distances.append(attention_distance(probs, grid, pixels, prefix))
+            head_means.append(probs.mean(axis=1, keepdims=True))  # all rollout needs; heads x smaller
+        maps.append(rollout_to_map(rollout(head_means), grid, prefix, source))
+        n = len(head_means[0])
+        total, count = total + np.stack(distances) * n, count + n
+    return np.concatenate(maps), total / count
 
 
 def attention_rollout(model, images, batch_size=16):
@@ -279,12 +297,7 @@ def attention_rollout(model, images, batch_size=16):
     >>> maps = attention_rollout(model, keras_vit.preprocess_input(images))
     >>> maps.shape   # (B, 14, 14) for a /16 model at 224
     """
-    _check_model(model)
-    source = _read_out(model)
-    maps = []
-    for _, probs in _iter_attention(model, images, batch_size):
-        maps.append(rollout_to_map(rollout(probs), model.patch_encoder.grid_size, model.num_prefix_tokens, source))
-    return np.concatenate(maps)
+    return _reduce_attention(model, images, batch_size)[0]
 
 
 def mean_attention_distance(model, images, batch_size=16):
@@ -298,17 +311,7 @@ def mean_attention_distance(model, images, batch_size=16):
     >>> d = mean_attention_distance(model, keras_vit.preprocess_input(images))
     >>> d[0].mean(), d[-1].mean()   # the paper: attention distance grows with depth
     """
-    grid, pixels = None, None
-    total, count = 0.0, 0
-    for start, probs in _iter_attention(model, images, batch_size):
-        if grid is None:
-            grid, pixels = model.patch_encoder.grid_size, patch_pixels(model)
-        n = len(probs[0])
-        per_layer = np.stack([attention_distance(p, grid, pixels, model.num_prefix_tokens) for p in probs])
-        total, count = total + per_layer * n, count + n
-    if not count:
-        raise ValueError("mean_attention_distance needs at least one image.")
-    return total / count
+    return _reduce_attention(model, images, batch_size)[1]
 
 
 def position_embedding_similarity(model):
@@ -568,8 +571,8 @@ def _plot_position_similarity(similarity, rho):
         spine.set_visible(False)
     ax.set_xlabel("Input patch column")
     ax.set_ylabel("Input patch row")
-    ax.set_title(f"Position embedding similarity ({gh}x{gw} patches)\n"
-                 f"Spearman rank correlation with grid distance: {rho:+.2f}", fontsize=10)
+    ax.set_title(f"Position embedding similarity ({gh}x{gw} patches)\nSpearman rank correlation with grid "
+                 f"distance: {'n/a' if rho is None else format(rho, '+.2f')}", fontsize=10)
     fig.colorbar(image, ax=ax, shrink=0.8, label="Cosine similarity")
     return fig
 
@@ -646,7 +649,7 @@ def save_figures(model, out_dir, images=None, names=None, *, batch_size=16, num_
 
     log.info("position embedding similarity (%dx%d patches)", *grid)
     similarity = position_embedding_similarity(model)
-    rho = similarity_distance_correlation(similarity) if grid[0] * grid[1] >= 3 else float("nan")
+    rho = similarity_distance_correlation(similarity) if grid[0] * grid[1] >= 3 else None
     p = paths("position_similarity")
     n = grid[0] * grid[1]
     flat = similarity.reshape(n, n)
@@ -678,9 +681,9 @@ def save_figures(model, out_dir, images=None, names=None, *, batch_size=16, num_
     if len(names) != len(images):
         raise ValueError(f"{len(names)} names for {len(images)} images.")
 
-    log.info("attention rollout of %d image(s)", len(images))
+    log.info("attention of %d image(s): rollout and mean attention distance", len(images))
     source = _read_out(model)
-    maps = attention_rollout(model, images, batch_size)
+    maps, distances = _reduce_attention(model, images, batch_size)
     upsampled = _upsample(maps, model.image_size)
     pixels = np.clip(np.round((images + 1.0) * 127.5), 0, 255).astype(np.uint8)
     predictions = _predictions(model, images, batch_size)
@@ -699,8 +702,6 @@ def save_figures(model, out_dir, images=None, names=None, *, batch_size=16, num_
         log.info("drawing the first %d of %d rollout maps (the .npz holds all)", _MAX_ROLLOUT_PANELS, len(images))
     _save_figure(_plot_rollout(pixels, upsampled, names, predictions, source), p["png"])
 
-    log.info("mean attention distance over %d image(s)", len(images))
-    distances = mean_attention_distance(model, images, batch_size)
     uniform = uniform_attention_distance(grid, pixels_per_patch)
     p = paths("attention_distance")
     _write_npz(p["npz"], mean_distance_px=distances)

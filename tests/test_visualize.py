@@ -348,6 +348,17 @@ def test_save_figures_without_images_writes_the_weight_figures(tmp_path):
     assert json.loads((tmp_path / "embedding_filters.json").read_text())["source"] == "conv_root"
 
 
+def test_load_images_resizes_to_the_model_and_makes_rgb(tmp_path):
+    import tensorflow as tf
+
+    gray = np.tile(np.linspace(0, 255, 20, dtype=np.uint8), (10, 1))[..., None]  # 10x20, one channel
+    (tmp_path / "gray.png").write_bytes(tf.io.encode_png(gray).numpy())
+    pixels = viz.load_images([tmp_path / "gray.png", CIFAR_IMAGES[0]], (32, 48))
+    assert pixels.shape == (2, 32, 48, 3) and pixels.dtype == np.uint8
+    assert np.all(pixels[0, ..., 0] == pixels[0, ..., 2])  # gray stays gray in RGB
+    assert pixels[0, 16, 0, 0] < 20 and pixels[0, 16, -1, 0] > 235  # the left-to-right ramp survives resizing
+
+
 def test_cli_errors_name_the_file(tmp_path, capsys):
     from keras_vit import cli
 
