@@ -563,9 +563,10 @@ def _plot_position_similarity(similarity, rho):
 
     cmap = matplotlib.colormaps["viridis"].with_extremes(bad="white")
     image = ax.imshow(mosaic, cmap=cmap, vmin=-1, vmax=1, interpolation="nearest")
-    step_r, step_c = max(1, math.ceil(gh / 16)), max(1, math.ceil(gw / 16))
-    ax.set_xticks([j * (gw + 1) + (gw - 1) / 2 for j in range(0, gw, step_c)], [str(j + 1) for j in range(0, gw, step_c)])
-    ax.set_yticks([i * (gh + 1) + (gh - 1) / 2 for i in range(0, gh, step_r)], [str(i + 1) for i in range(0, gh, step_r)])
+    # Ticks at the centres of the small maps, thinned to at most 16 labels a side.
+    cols, rows = range(0, gw, math.ceil(gw / 16)), range(0, gh, math.ceil(gh / 16))
+    ax.set_xticks([j * (gw + 1) + (gw - 1) / 2 for j in cols], [str(j + 1) for j in cols])
+    ax.set_yticks([i * (gh + 1) + (gh - 1) / 2 for i in rows], [str(i + 1) for i in rows])
     ax.tick_params(length=0, labelsize=8)
     for spine in ax.spines.values():
         spine.set_visible(False)
