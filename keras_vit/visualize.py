@@ -42,6 +42,17 @@ from keras_vit._files import atomic_path
 
 log = logging.getLogger("keras_vit")
 
+__all__ = [
+    # on a model
+    "attention_rollout", "mean_attention_distance", "position_embedding_similarity",
+    "embedding_filter_components", "attention_probabilities", "patch_pixels",
+    # on arrays
+    "rollout", "rollout_to_map", "attention_distance", "uniform_attention_distance",
+    "patch_centre_distances", "similarity_distance_correlation",
+    # files and figures
+    "load_model", "load_images", "save_figures", "visualize_files", "FIGURES",
+]
+
 FIGURES = ("attention_rollout", "position_similarity", "embedding_filters", "attention_distance")
 
 # Rollout panels drawn at most; the .npz holds every image's map.
