@@ -32,6 +32,19 @@ def _train(args):
                            "(a NaN loss?); see the history in the model dir")
 
 
+def _visualize(args):
+    from keras_vit.visualize import FIGURES, visualize_files
+
+    try:
+        written = visualize_files(args.model, args.out, args.image, batch_size=args.batch_size,
+                                  num_components=args.components)
+    except ImportError as e:  # matplotlib, an optional extra: one line, not a traceback
+        raise ValueError(str(e)) from None
+    for name in FIGURES:
+        if name in written:
+            print(written[name]["png"])
+
+
 def _size(text):
     parts = [int(p) for p in text.lower().replace("x", ",").split(",") if p]
     if len(parts) not in (1, 2):
@@ -81,6 +94,22 @@ def build_parser():
     p.add_argument("--out", required=True, help="output .keras file")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     p.set_defaults(func=_convert)
+
+    p = commands.add_parser(
+        "visualize",
+        help="the paper's analysis figures (Figures 6-7) for a model, with their data",
+        description="Writes attention_rollout, position_similarity, embedding_filters and attention_distance "
+        "(.png with .npz and .json beside each) into --out. The attention figures need --image; images are "
+        "resized to the model's input size.",
+    )
+    p.add_argument("model", help="a keras-vit model file (.keras)")
+    p.add_argument("--image", nargs="+", action="extend", metavar="IMG",
+                   help="image files (JPEG, PNG, GIF, BMP) for the rollout maps and attention distances")
+    p.add_argument("--out", required=True, help="output folder (created; figures in it are replaced)")
+    p.add_argument("--batch-size", type=int, default=16, help="images per forward pass (default 16)")
+    p.add_argument("--components", type=int, default=28,
+                   help="principal components of the embedding filters to draw (default 28)")
+    p.set_defaults(func=_visualize)
     return parser
 
 
