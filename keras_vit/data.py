@@ -21,19 +21,33 @@ AUTOTUNE = tf.data.AUTOTUNE
 
 
 class Split:
-    """One split of a dataset held in memory: uint8 images (N, H, W, 3), int labels (N,)."""
+    """One split of a dataset: uint8 RGB images and int labels, with the class names.
 
-    def __init__(self, images, labels, class_names, origin):
+    Held in memory (`images` (N, H, W, 3), `labels` (N,)) for datasets that fit, or
+    streamed (`stream`: a tf.data.Dataset of (image, label) with `num_examples` known)
+    for large ones such as ImageNet from tfds.
+    """
+
+    def __init__(self, images, labels, class_names, origin, stream=None, num_examples=None):
         self.images = images
         self.labels = labels
         self.class_names = list(class_names)
         self.origin = origin
+        self.stream = stream
+        self.num_examples = len(labels) if stream is None else int(num_examples)
 
     def __len__(self):
-        return len(self.labels)
+        return self.num_examples
+
+    def elements(self):
+        """A tf.data.Dataset of (uint8 image, int label)."""
+        if self.stream is not None:
+            return self.stream
+        return tf.data.Dataset.from_tensor_slices((self.images, self.labels))
 
     def __repr__(self):
-        return f"Split({self.origin}: {len(self)} images {self.images.shape[1:]}, {len(self.class_names)} classes)"
+        shape = "streamed" if self.stream is not None else f"{self.images.shape[1:]}"
+        return f"Split({self.origin}: {len(self)} images {shape}, {len(self.class_names)} classes)"
 
 
 def _as_rgb_uint8(images, origin):
@@ -81,6 +95,9 @@ def from_arrays(images, labels, class_names=None, origin="arrays"):
 
 def stratified_split(split, fraction, seed=0, names=("train", "validation")):
     """Splits off `fraction` of every class (shuffled with `seed`); returns (rest, held_out)."""
+    if split.stream is not None:
+        raise ValueError(f"{split.origin} is streamed; split it with the source's own slicing "
+                         "(for tfds: validation_split does this).")
     if not 0.0 < fraction < 1.0:
         raise ValueError(f"split fraction must be in (0, 1), got {fraction}.")
     rng = np.random.default_rng(seed)
@@ -215,18 +232,33 @@ def load_image_archive(path, splits=("train", "test")):
     return out
 
 
+IN_MEMORY_LIMIT = 2 * 1024**3  # bytes of decoded images; larger tfds datasets are streamed
+
+
 def load_tfds(name, splits=("train", "test"), data_dir=None):
-    """A tfds dataset (e.g. "cifar10") into memory; needs the data prepared or internet access."""
+    """A tfds dataset (e.g. "cifar10", "imagenet2012"); needs it prepared or internet access.
+
+    Small datasets of one image size are read into memory; large ones (ImageNet) are
+    streamed from the tfds files, decoded and cropped per example. Split names may use
+    tfds slicing ("train[:98%]").
+    """
     import tensorflow_datasets as tfds
 
     builder = tfds.builder(name, data_dir=data_dir)
     builder.download_and_prepare()
     names = builder.info.features["label"].names
+    shape = builder.info.features["image"].shape
     out = {}
     for split in splits:
-        ds = builder.as_dataset(split=split, as_supervised=True, batch_size=-1)
-        images, labels = tfds.as_numpy(ds)
-        out[split] = from_arrays(images, labels, names, origin=f"tfds:{name}/{split}")
+        count = builder.info.splits[split].num_examples
+        origin = f"tfds:{name}/{split}"
+        if None in shape or count * int(np.prod(shape)) > IN_MEMORY_LIMIT:
+            stream = builder.as_dataset(split=split, as_supervised=True, shuffle_files=True,
+                                        read_config=tfds.ReadConfig(try_autocache=False))
+            out[split] = Split(None, None, names, origin, stream=stream, num_examples=count)
+        else:
+            images, labels = tfds.as_numpy(builder.as_dataset(split=split, as_supervised=True, batch_size=-1))
+            out[split] = from_arrays(images, labels, names, origin=origin)
     return out
 
 
@@ -296,9 +328,10 @@ def make_dataset(split, image_size, batch_size, *, training, num_classes=None, c
     num_classes = num_classes or len(split.class_names)
     if len(split) == 0:
         raise ValueError(f"{split.origin}: no images; refusing to train or evaluate on zero examples.")
-    ds = tf.data.Dataset.from_tensor_slices((split.images, split.labels))
+    ds = split.elements()
     if training:
-        ds = ds.shuffle(min(len(split), 50_000), seed=seed, reshuffle_each_iteration=True)
+        ds = ds.shuffle(min(len(split), 50_000 if split.stream is None else 10_000), seed=seed,
+                        reshuffle_each_iteration=True)
         if repeat:
             ds = ds.repeat()
         rand_aug = None

@@ -359,14 +359,90 @@ class EpochCounter(keras.callbacks.Callback):
         self.epochs_completed = epoch + 1
 
 
+# --- MultiWorkerMirroredStrategy with Keras 3 fit --------------------------------------
+
+def _needs_multi_worker_fix(strategy):
+    """keras-team/keras#20585: Keras 3 fit under CollectiveAllReduceStrategy reduces a
+    PerReplica data batch across workers to build the model symbolically, which fails
+    eagerly. Seen on Keras 3.5-3.15; the fix only touches models trained under MWMS."""
+    from packaging.version import Version
+
+    return (type(strategy).__name__ == "CollectiveAllReduceStrategy"
+            and Version(keras.__version__) >= Version("3.0"))
+
+
+def _build_from_local_batch(self, iterator=None, data_batch=None):
+    """`_maybe_symbolic_build` that takes this worker's batch: only its shapes are needed."""
+    from keras.src import tree
+
+    if iterator is not None:
+        for _, _, it in iterator:
+            batch = next(it)
+            data_batch = tree.map_structure(
+                lambda x: (self.distribute_strategy.experimental_local_results(x)[0]
+                           if isinstance(x, tf.distribute.DistributedValues) else x), batch)
+            break
+    with self.distribute_strategy.scope():
+        self._symbolic_build(data_batch=data_batch)
+
+
+def _patch_scalar_reduce():
+    """Keras' MWMS branch of `reduce_per_replica` averages every log over axis 0, which a
+    scalar metric does not have ("Invalid reduction dimension 0"). Scalars get axis=None;
+    everything else, and every other strategy, goes to Keras' own code."""
+    from keras.src.backend.tensorflow import trainer as tf_trainer
+    from keras.src import tree
+
+    original = tf_trainer.reduce_per_replica
+    if getattr(original, "_keras_vit_fix", False):
+        return
+
+    def reduce_per_replica(values, strategy, reduction):
+        if reduction in ("auto", "mean") and type(strategy).__name__ == "CollectiveAllReduceStrategy":
+            def reduce(v):
+                local = strategy.experimental_local_results(v)[0] \
+                    if isinstance(v, tf.distribute.DistributedValues) else v
+                if getattr(local, "shape", None) is not None and local.shape.rank == 0:
+                    return strategy.reduce("MEAN", v, axis=None)
+                return original(v, strategy, reduction)
+            return tree.map_structure(reduce, values)
+        return original(values, strategy, reduction)
+
+    reduce_per_replica._keras_vit_fix = True
+    tf_trainer.reduce_per_replica = reduce_per_replica
+
+
+def apply_multi_worker_fix(model, strategy):
+    """The two fixes for MWMS + Keras 3 fit, applied only under that strategy; returns whether it did."""
+    if not _needs_multi_worker_fix(strategy) or not hasattr(model, "_maybe_symbolic_build"):
+        return False
+    import types
+
+    model._maybe_symbolic_build = types.MethodType(_build_from_local_batch, model)
+    _patch_scalar_reduce()
+    return True
+
+
 # --- the job -------------------------------------------------------------------------
 
 def prepare_data(config):
     """Loads the splits named by the config: train (minus validation), validation, test."""
     from keras_vit import data as data_lib
 
-    splits = data_lib.load_data(config["data"], (config["train_split"], config["test_split"]))
-    train, test = splits[config["train_split"]], splits[config["test_split"]]
+    train_name, test_name = config["train_split"], config["test_split"]
+    fraction = config["validation_split"]
+    if _is_tfds(config["data"]) and fraction:
+        # tfds slicing holds out validation data without reading the split into memory
+        pct = int(round(fraction * 100))
+        names = (f"{train_name}[{pct}%:]", test_name, f"{train_name}[:{pct}%]")
+        splits = data_lib.load_data(config["data"], names)
+        train, test, validation = (splits[n] for n in names)
+        if config["max_train_examples"] and train.stream is None and config["max_train_examples"] < len(train):
+            train, _ = data_lib.stratified_split(train, 1.0 - config["max_train_examples"] / len(train),
+                                                 seed=config["seed"])
+        return train, validation, test
+    splits = data_lib.load_data(config["data"], (train_name, test_name))
+    train, test = splits[train_name], splits[test_name]
     if config["max_train_examples"]:
         # a stratified subset: the sorted folders must not yield the first classes only
         keep = int(config["max_train_examples"])
@@ -379,6 +455,12 @@ def prepare_data(config):
         if len(split) == 0:
             raise ValueError(f"{split.origin}: no images; refusing to train on zero examples.")
     return train, validation, test
+
+
+def _is_tfds(spec):
+    spec = str(spec)
+    return spec.startswith("tfds:") or not (spec == "digits" or os.path.exists(spec) or os.sep in spec
+                                            or spec.endswith((".tgz", ".tar", ".gz")))
 
 
 def build_model(config, class_names):
@@ -448,6 +530,7 @@ def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose):
             metrics=[keras.metrics.CategoricalAccuracy(name="accuracy")],
             jit_compile=config["jit_compile"],
         )
+    apply_multi_worker_fix(model, strategy)
     counter = EpochCounter()
     callbacks = [counter, keras.callbacks.TerminateOnNaN()]
     backup_dir = backup_dir or os.path.join(model_dir, "backup")
@@ -484,8 +567,9 @@ def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose):
         "config": config,
         "versions": {"tensorflow": tf.__version__, "keras": keras.__version__},
     }
-    with atomic_path(os.path.join(out_dir, "model.keras")) as tmp:
-        model.save(tmp)
+    if is_chief:
+        with atomic_path(os.path.join(out_dir, "model.keras")) as tmp:
+            model.save(tmp)
     with atomic_path(os.path.join(out_dir, "metrics.json")) as tmp:
         with open(tmp, "w") as f:
             json.dump(metrics, f, indent=2, default=_json_default)
