@@ -227,8 +227,9 @@ def get_strategy(name="auto", cpu_replicas=0):
         raise ValueError(f"Unknown strategy {name!r}; use one of {names}.")
     if cpu_replicas and cpu_replicas > 1:
         cpu = tf.config.list_physical_devices("CPU")[0]
-        if len(tf.config.list_logical_devices("CPU")) < cpu_replicas:
-            try:
+        configured = tf.config.get_logical_device_configuration(cpu) or []
+        if len(configured) < cpu_replicas:
+            try:  # listing logical devices would initialize them: configure first
                 tf.config.set_logical_device_configuration(
                     cpu, [tf.config.LogicalDeviceConfiguration()] * cpu_replicas)
             except RuntimeError as e:

@@ -1,0 +1,138 @@
+import io
+import os
+import tarfile
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import SHARED
+from keras_vit import data
+
+CIFAR_TGZ = SHARED / "data" / "cifar10-jpeg.tgz"
+
+
+def _png(array):
+    return tf.io.encode_png(np.asarray(array, np.uint8)).numpy()
+
+
+def _make_folder(root, sizes=None, per_class=4, classes=("cat", "dog", "emu"), splits=("train", "test")):
+    rng = np.random.default_rng(0)
+    for split in splits:
+        for i, cls in enumerate(classes):
+            folder = root / split / cls
+            folder.mkdir(parents=True)
+            for j in range(per_class):
+                h, w = (sizes or {}).get((split, cls, j), (6, 5))
+                (folder / f"{j:03d}.png").write_bytes(_png(rng.integers(0, 255, (h, w, 3)) // (i + 1)))
+    return root
+
+
+def test_from_arrays_converts_grey_and_rgba_and_checks_everything():
+    grey = data.from_arrays(np.full((3, 4, 4), 7.0), [0, 1, 1])
+    assert grey.images.shape == (3, 4, 4, 3) and grey.images.dtype == np.uint8 and grey.class_names == ["0", "1"]
+    rgba = data.from_arrays(np.zeros((2, 4, 4, 4), np.uint8), [0, 0], ["a"])
+    assert rgba.images.shape == (2, 4, 4, 3)
+    with pytest.raises(ValueError, match=r"mixed sizes: image 0 is \(4, 4, 3\), image 2 is \(5, 4, 3\)"):
+        data.from_arrays([np.zeros((4, 4, 3))] * 2 + [np.zeros((5, 4, 3))], [0, 0, 0])
+    with pytest.raises(ValueError, match="no images; refusing to train or evaluate on zero examples"):
+        data.from_arrays(np.zeros((0, 4, 4, 3)), [])
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 1\], found \[0, 2\]"):
+        data.from_arrays(np.zeros((2, 4, 4, 3)), [0, 2], ["a", "b"])
+    with pytest.raises(ValueError, match=r"pixel values must lie in \[0, 255\]"):
+        data.from_arrays(np.full((1, 2, 2, 3), -1.0), [0])
+
+
+def test_stratified_split_is_per_class_disjoint_and_seeded():
+    labels = np.repeat(np.arange(4), [10, 20, 30, 40])  # sorted by class
+    split = data.from_arrays(np.arange(100)[:, None, None, None].repeat(3, -1).astype(np.uint8), labels)
+    rest, held = data.stratified_split(split, 0.1, seed=3)
+    assert np.bincount(held.labels).tolist() == [1, 2, 3, 4]
+    assert not set(held.images[:, 0, 0, 0]) & set(rest.images[:, 0, 0, 0])
+    assert len(rest) + len(held) == 100
+    again, _ = data.stratified_split(split, 0.1, seed=3)
+    np.testing.assert_array_equal(again.images, rest.images)
+    assert len(set(rest.labels[:20])) > 1, "the rest is shuffled, not sorted by class"
+
+
+def test_digits_split_stratified_80_20():
+    splits = data.load_digits()
+    train, test = splits["train"], splits["test"]
+    assert len(train) + len(test) == 1797 and abs(len(test) - 360) <= 5
+    per_class = np.bincount(test.labels) / np.bincount(np.concatenate([train.labels, test.labels]))
+    assert np.all(np.abs(per_class - 0.2) < 0.02)
+    assert train.images.shape[1:] == (8, 8, 3) and train.images.max() == 255
+
+
+def test_image_folder(tmp_path):
+    splits = data.load_image_folder(_make_folder(tmp_path / "ds"))
+    assert splits["train"].class_names == ["cat", "dog", "emu"]
+    assert splits["train"].images.shape == (12, 6, 5, 3)
+    assert np.bincount(splits["test"].labels).tolist() == [4, 4, 4]
+
+
+def test_image_folder_errors_name_the_path(tmp_path):
+    with pytest.raises(ValueError, match=r"Data folder .*missing does not exist"):
+        data.load_image_folder(tmp_path / "missing")
+    (tmp_path / "empty" / "train").mkdir(parents=True)
+    with pytest.raises(ValueError, match=r"empty/train has no class folders"):
+        data.load_image_folder(tmp_path / "empty")
+    root = _make_folder(tmp_path / "holes")
+    for f in (root / "test" / "dog").iterdir():
+        f.unlink()
+    with pytest.raises(ValueError, match=r"Class folder .*holes/test/dog has no images"):
+        data.load_image_folder(root)
+    mixed = _make_folder(tmp_path / "mixed", sizes={("train", "dog", 2): (7, 5)})
+    with pytest.raises(ValueError, match=r"images of mixed sizes: .*cat/000.png is 5x6, .*dog/002.png is 5x7"):
+        data.load_image_folder(mixed)
+    broken = _make_folder(tmp_path / "broken")
+    (broken / "train" / "emu" / "001.png").write_bytes(b"not an image")
+    with pytest.raises(ValueError, match=r"broken/train/emu/001.png is not a readable image"):
+        data.load_image_folder(broken)
+
+
+def test_archive_layout_like_the_cifar_tgz(tmp_path):
+    archive = tmp_path / "small.tgz"
+    rng = np.random.default_rng(1)
+    with tarfile.open(archive, "w:gz") as tar:
+        for split in ("train", "test"):
+            for cls in ("b", "a"):
+                for j in range(3):
+                    payload = _png(rng.integers(0, 255, (4, 4, 3)))
+                    info = tarfile.TarInfo(f"cifar/{split}/{cls}/{j}.png")
+                    info.size = len(payload)
+                    tar.addfile(info, io.BytesIO(payload))
+    splits = data.load_image_archive(archive)
+    assert splits["train"].class_names == ["a", "b"] and len(splits["test"]) == 6
+    (tmp_path / "bad.tgz").write_bytes(b"\x1f\x8b garbage")
+    with pytest.raises(ValueError, match=r"Cannot read the image archive .*bad.tgz"):
+        data.load_data(str(tmp_path / "bad.tgz"))
+    with pytest.raises(ValueError, match=r"Data path .*nowhere.tgz does not exist"):
+        data.load_data(str(tmp_path / "nowhere.tgz"))
+
+
+def test_training_pipeline_shapes_ranges_and_augmentations():
+    rng = np.random.default_rng(2)
+    split = data.from_arrays(rng.integers(0, 256, (40, 16, 16, 3)), rng.integers(0, 5, 40), list("abcde"))
+    for crop in ("pad", "inception", "none"):
+        x, y = next(iter(data.make_dataset(split, 12, 8, training=True, crop=crop)))
+        assert x.shape == (8, 12, 12, 3) and y.shape == (8, 5)
+        assert -1.0 <= float(tf.reduce_min(x)) and float(tf.reduce_max(x)) <= 1.0
+    x, y = next(iter(data.make_dataset(split, 16, 8, training=True, randaugment=(2, 5), mixup=0.2, cutmix=1.0)))
+    assert x.shape == (8, 16, 16, 3)
+    np.testing.assert_allclose(tf.reduce_sum(y, -1).numpy(), 1.0, atol=1e-5)
+    assert np.any((y.numpy() > 0) & (y.numpy() < 1)), "mixed labels are soft"
+    evaluation = data.make_dataset(split, 16, 16, training=False)
+    first = np.concatenate([b[0].numpy() for b in evaluation])
+    np.testing.assert_allclose(first, split.images / 127.5 - 1.0, atol=1e-6)  # no augmentation, same order
+    assert sum(b[0].shape[0] for b in evaluation) == 40  # the partial batch is kept
+
+
+@pytest.mark.skipif(not CIFAR_TGZ.exists(), reason=f"needs {CIFAR_TGZ} (the project's shared data; CI has it)")
+def test_cifar10_tgz_reads_fully():
+    splits = data.load_data(str(CIFAR_TGZ))
+    train, test = splits["train"], splits["test"]
+    assert (len(train), len(test)) == (50_000, 10_000)
+    assert train.class_names[:3] == ["airplane", "automobile", "bird"] and len(train.class_names) == 10
+    assert train.images.shape[1:] == (32, 32, 3)
+    assert np.bincount(test.labels).tolist() == [1000] * 10

@@ -1,0 +1,187 @@
+import csv
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+import pytest
+
+from conftest import ROOT
+from keras_vit import training
+
+DIGITS = str(ROOT / "recipes" / "digits.py")
+QUICK = ["--set", "epochs=2", "--set", "steps_per_epoch=5", "--set", "batch_size=32"]
+
+
+def _env(**extra):
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **extra)
+
+
+def _cli(*args, **kwargs):
+    return subprocess.run([sys.executable, "-m", "keras_vit.cli", *args], capture_output=True, text=True,
+                          cwd=ROOT, env=_env(), **kwargs)
+
+
+def _metrics(model_dir):
+    return json.loads((model_dir / "metrics.json").read_text())
+
+
+def test_recipes_resolve_and_unknown_keys_list_the_valid_ones():
+    for recipe in ("digits", "cifar10", "finetune", "pretrain_imagenet21k"):
+        config = training.load_recipe(ROOT / "recipes" / f"{recipe}.py")
+        assert set(training.DEFAULTS) <= set(config)
+    with pytest.raises(ValueError, match=r"Unknown recipe key\(s\) epoch\. Valid keys: .*batch_size.*epochs"):
+        training.resolve_config({"epoch": 3})
+    config = training.load_recipe(DIGITS)
+    with pytest.raises(ValueError, match=r"Unknown recipe key 'learnin_rate'.*Valid keys:.*learning_rate"):
+        training.apply_overrides(config, ["learnin_rate=0.1"])
+    with pytest.raises(ValueError, match=r"--set epochs=x: expected an integer"):
+        training.apply_overrides(config, ["epochs=x"])
+    with pytest.raises(ValueError, match="--set expects key=value"):
+        training.apply_overrides(config, ["epochs"])
+    changed = training.apply_overrides(config, ["epochs=3", "model.hidden_size=32", "flip=true",
+                                                "randaugment=(2, 9)", "init_checkpoint=ViT-B_16.npz"])
+    assert (changed["epochs"], changed["model"]["hidden_size"], changed["flip"]) == (3, 32, True)
+    assert changed["randaugment"] == (2, 9) and changed["init_checkpoint"] == "ViT-B_16.npz"
+
+
+def test_warmup_then_cosine_or_linear_decay():
+    cosine = training.WarmupSchedule(1.0, warmup_steps=10, total_steps=110)
+    values = [float(cosine(s)) for s in (0, 5, 10, 60, 110, 200)]
+    np.testing.assert_allclose(values, [0.0, 0.5, 1.0, 0.5, 0.0, 0.0], atol=1e-6)
+    linear = training.WarmupSchedule(2.0, 0, 100, decay="linear", end=1.0)
+    np.testing.assert_allclose([float(linear(s)) for s in (0, 50, 100)], [2.0, 1.5, 1.0], atol=1e-6)
+    assert keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(cosine)).get_config() == \
+        cosine.get_config()
+
+
+def test_adamw_skips_biases_norms_class_token_and_position_embeddings():
+    from conftest import tiny_vit
+
+    model = tiny_vit()
+    config = training.resolve_config({"optimizer": "adamw", "weight_decay": 0.1})
+    optimizer = training.build_optimizer(config, steps_per_epoch=10)
+    optimizer.build(model.trainable_variables)
+    decayed = {v.path for v in model.trainable_variables if optimizer._use_weight_decay(v)}
+    assert "encoderblock_0/query/kernel" in decayed and "head/kernel" in decayed
+    assert not {p for p in decayed if p.endswith(("bias", "gamma", "beta", "cls", "pos_embedding"))}
+    sgd = training.build_optimizer(training.resolve_config({"optimizer": "sgd"}), 10)
+    assert isinstance(sgd, keras.optimizers.SGD) and sgd.momentum == 0.9 and sgd.global_clipnorm == 1.0
+
+
+def test_strategy_names_are_the_public_ones():
+    import tensorflow as tf
+
+    assert training.strategy_name(tf.distribute.get_strategy()) == "DefaultStrategy"
+    assert training.strategy_name(type("CollectiveAllReduceStrategy", (), {})()) == "MultiWorkerMirroredStrategy"
+    with pytest.raises(ValueError, match="Unknown strategy 'gpus'"):
+        training.get_strategy("gpus")
+
+
+def test_mixed_bfloat16_training_in_process(tmp_path):
+    config = training.apply_overrides(training.load_recipe(DIGITS), ["epochs=1", "steps_per_epoch=3",
+                                                                      "precision=mixed_bfloat16"])
+    metrics = training.train(config, tmp_path, verbose=0)
+    assert metrics["epochs_completed"] == 1 and keras.mixed_precision.global_policy().name == "float32"
+    model = keras.models.load_model(tmp_path / "model.keras")
+    assert model.class_names == [str(d) for d in range(10)]
+
+
+def test_mirrored_strategy_over_two_logical_cpus(tmp_path):
+    result = _cli("train", DIGITS, *QUICK, "--set", "strategy=mirrored", "--set", "cpu_replicas=2",
+                  "--model-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "MirroredStrategy with 2 replica(s)" in result.stdout
+    metrics = _metrics(tmp_path)
+    assert (metrics["strategy"], metrics["num_replicas"], metrics["epochs_completed"]) == ("MirroredStrategy", 2, 2)
+
+
+def _free_ports(n):
+    sockets = [socket.socket() for _ in range(n)]
+    for s in sockets:
+        s.bind(("localhost", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def test_multi_worker_training_on_two_local_processes(tmp_path):
+    ports = _free_ports(2)
+    cluster = {"worker": [f"localhost:{p}" for p in ports]}
+    workers = []
+    for index in range(2):
+        tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+        workers.append(subprocess.Popen(
+            [sys.executable, "-m", "keras_vit.cli", "train", DIGITS, *QUICK, "--model-dir", str(tmp_path / "run"),
+             "--backup-dir", str(tmp_path / "backup")],
+            cwd=ROOT, env=_env(TF_CONFIG=tf_config), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outputs = [w.communicate(timeout=600) for w in workers]
+    for w, (out, err) in zip(workers, outputs):
+        assert w.returncode == 0, err[-3000:]
+        assert "MultiWorkerMirroredStrategy with 2 replica(s)" in out
+    metrics = _metrics(tmp_path / "run")
+    assert (metrics["strategy"], metrics["num_replicas"], metrics["epochs_completed"]) == \
+        ("MultiWorkerMirroredStrategy", 2, 2)
+    assert (tmp_path / "backup").is_dir()  # per-worker folders, removed once training finished
+    worker_1 = json.loads((tmp_path / "run" / ".workers" / "worker_1" / "metrics.json").read_text())
+    assert worker_1["test_loss"] == pytest.approx(metrics["test_loss"]), "the replicas stayed in sync"
+
+
+def _epochs_logged(path):
+    if not path.exists():
+        return []
+    with open(path) as f:
+        return [int(row["epoch"]) for row in csv.DictReader(f)]
+
+
+def test_killed_run_resumes_where_the_backup_stood(tmp_path):
+    args = [sys.executable, "-m", "keras_vit.cli", "train", DIGITS, "--set", "epochs=8", "--set", "steps_per_epoch=20",
+            "--set", "batch_size=32", "--model-dir", str(tmp_path)]
+    history = tmp_path / "history.csv"
+    run = subprocess.Popen(args, cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while len(_epochs_logged(history)) < 3 and run.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    assert run.poll() is None, "the first run finished before it could be killed"
+    run.send_signal(signal.SIGKILL)
+    run.wait()
+    done_before = len(_epochs_logged(history))
+    assert 3 <= done_before < 8 and not (tmp_path / "metrics.json").exists()
+    result = subprocess.run(args, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = _metrics(tmp_path)
+    assert metrics["epochs_completed"] == 8 and metrics["resumed_at_epoch"] >= 3
+    epochs = _epochs_logged(history)
+    assert epochs.count(0) == 1, f"restarted at epoch 1: {epochs}"
+    assert epochs[-1] == 7 and sorted(set(epochs)) == list(range(8))
+
+
+def test_bad_data_and_keys_fail_with_the_path_or_the_valid_keys(tmp_path):
+    result = _cli("train", DIGITS, "--set", f"data={tmp_path / 'nowhere'}", "--model-dir", str(tmp_path / "m"))
+    assert result.returncode == 1 and f"Data path {tmp_path / 'nowhere'} does not exist" in result.stderr
+    (tmp_path / "empty" / "train").mkdir(parents=True)
+    (tmp_path / "empty" / "test").mkdir()
+    result = _cli("train", DIGITS, "--set", f"data={tmp_path / 'empty'}", "--model-dir", str(tmp_path / "m"))
+    assert result.returncode == 1 and "empty/train has no class folders" in result.stderr
+    result = _cli("train", DIGITS, "--set", "epochz=2")
+    assert result.returncode == 1 and "Valid keys:" in result.stderr and "epochs" in result.stderr
+    result = _cli("train", str(tmp_path / "nope.py"))
+    assert result.returncode == 1 and "nope.py does not exist" in result.stderr
+
+
+@pytest.mark.slow
+def test_digits_recipe_reaches_95_percent(tmp_path):
+    result = _cli("train", DIGITS, "--model-dir", str(tmp_path), timeout=1500)
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = _metrics(tmp_path)
+    assert metrics["test_accuracy"] >= 0.95, metrics["test_accuracy"]
+    assert metrics["epochs_completed"] == 40 and metrics["strategy"] == "DefaultStrategy"
+    for name in ("model.keras", "best.keras", "history.csv", "logs"):
+        assert (tmp_path / name).exists(), name
+    assert "done: 40 epochs, test accuracy" in result.stdout
