@@ -254,6 +254,8 @@ def load_image_set(source, image_size, *, class_names=None, classes=None, max_im
             description = f"{len(files)} image files"
         order = rng.permutation(len(files)) if max_images and len(files) > max_images else np.arange(len(files))
         order = order[:max_images] if max_images else order
+        if len(order) > 100:
+            log.info("reading %d %s from %s", len(order), what, description)
         images = np.stack([load_image(files[i], size=image_size) for i in order])
         labels = None if labels is None else np.asarray(labels)[order]
         return images, labels, description
@@ -451,6 +453,12 @@ def model_format(path):
             with zipfile.ZipFile(path) as z:
                 if "config.json" in z.namelist():
                     return "keras"
+        if path.endswith(".keras"):
+            raise ValueError(f"{path} is not a valid .keras file (a zip archive with config.json): damaged or "
+                             "not a Keras model.")
+        if path.endswith(".tflite"):
+            raise ValueError(f"{path} is not a valid .tflite file (no TFL3 flatbuffer identifier): damaged or "
+                             "not a TFLite model.")
     raise ValueError(
         f"{path} is not a model keras-vit can run: expected a .keras file, a SavedModel folder "
         "(with saved_model.pb) or a .tflite file."
