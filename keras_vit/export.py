@@ -172,7 +172,7 @@ def _list_images(folder):
     )
 
 
-def _folder_files(folder, class_names, classes):
+def _folder_files(folder, class_names, classes, labelled):
     """Files of a folder and their labels: class subfolders (labelled) or images (not)."""
     subdirs = sorted(d for d in os.listdir(folder) if os.path.isdir(os.path.join(folder, d)))
     subdirs = [d for d in subdirs if _list_images(os.path.join(folder, d))]
@@ -181,6 +181,8 @@ def _folder_files(folder, class_names, classes):
         if not files:
             raise ValueError(f"{folder} holds no images ({', '.join(IMAGE_EXTENSIONS)}) and no class folders of images.")
         return files, None
+    if not labelled:
+        return [f for d in subdirs for f in _list_images(os.path.join(folder, d))], None
     if class_names is None:
         if len(subdirs) != classes:
             raise ValueError(
@@ -222,15 +224,16 @@ def _check_pixels(images, what):
     return images
 
 
-def load_image_set(source, image_size, *, class_names=None, classes=None, max_images=None, seed=0,
-                   what="images"):
+def load_image_set(source, image_size, *, class_names=None, classes=None, labelled=True, max_images=None,
+                   seed=0, what="images"):
     """Images for parity checks and calibration, as uint8 at `image_size`, with labels if known.
 
     `source`: a folder (of images, or of one subfolder of images per class, named as the
-    model's class_names), a list of image files, an array (N, H, W, 3) of pixels in 0-255,
-    a pair (images, labels), or a tf.data.Dataset of images or (images, labels), batched
-    or not. Folders are shuffled (with `seed`) before `max_images` are taken, since class
-    folders list their files in class order.
+    model's class_names; with `labelled=False` the names are not checked), a list of image
+    files, an array (N, H, W, 3) of pixels in 0-255, a pair (images, labels), or a
+    tf.data.Dataset of images or (images, labels), batched or not. Folders are shuffled
+    (with `seed`) before `max_images` are taken, since class folders list their files in
+    class order.
 
     Returns (images, labels or None, a description of the source).
     """
@@ -245,7 +248,7 @@ def load_image_set(source, image_size, *, class_names=None, classes=None, max_im
             if not os.path.exists(folder):
                 raise FileNotFoundError(f"{what}: {folder} does not exist.")
             if os.path.isdir(folder):
-                files, labels = _folder_files(folder, class_names, classes)
+                files, labels = _folder_files(folder, class_names, classes, labelled)
                 description = f"{folder}{' (labelled by class folder)' if labels is not None else ''}"
             else:
                 files, description = [folder], folder
@@ -702,8 +705,8 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
     calibration = None
     if quantize == "int8":
         calibration, _, calibration_source = load_image_set(
-            representative_images, image_size, class_names=class_names, classes=model.classes,
-            max_images=calibration_images, seed=seed + 1, what="representative images")
+            representative_images, image_size, labelled=False, max_images=calibration_images, seed=seed + 1,
+            what="representative images")
 
     with atomic_path(path, overwrite=overwrite, suffix=".tflite" if format == "tflite" else "") as tmp:
         if format == "saved_model":
