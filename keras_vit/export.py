@@ -76,7 +76,7 @@ def _check_exportable(model):
 
     if not isinstance(model, VisionTransformer):
         raise ValueError(
-            f"export takes a keras_vit.VisionTransformer, got {type(model).__name__} {getattr(model, 'name', '')!r}."
+            f"expected a keras_vit.VisionTransformer, got {type(model).__name__} {getattr(model, 'name', '')!r}."
         )
     if not model.include_top:
         raise ValueError(
@@ -157,7 +157,8 @@ class _Graph:
 
         archive = keras.export.ExportArchive()
         archive.track(self.model)
-        archive.add_endpoint("serving_default", self.serving_function(resize), input_signature=[self.input_spec(resize)])
+        archive.add_endpoint("serving_default", self.serving_function(resize),
+                             input_signature=[self.input_spec(resize)])
         archive.write_out(path, verbose=False)
 
 
@@ -179,7 +180,8 @@ def _folder_files(folder, class_names, classes, labelled):
     if not subdirs:
         files = _list_images(folder)
         if not files:
-            raise ValueError(f"{folder} holds no images ({', '.join(IMAGE_EXTENSIONS)}) and no class folders of images.")
+            raise ValueError(
+                f"{folder} holds no images ({', '.join(IMAGE_EXTENSIONS)}) and no class folders of images.")
         return files, None
     if not labelled:
         return [f for d in subdirs for f in _list_images(os.path.join(folder, d))], None
@@ -732,7 +734,8 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
         try:
             outputs = exported(sample_images)
         except Exception as e:
-            raise ValueError(f"the {kind} export of {model.name} does not run: {e}. Nothing was written to {path}.") from None
+            raise ValueError(
+                f"the {kind} export of {model.name} does not run: {e}. Nothing was written to {path}.") from None
         missing = set(graph.output_names) - set(outputs)
         if missing:
             raise ValueError(f"the {kind} export lacks the outputs {sorted(missing)}. Nothing was written to {path}.")

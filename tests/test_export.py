@@ -317,7 +317,7 @@ def test_existing_export_is_kept_unless_overwrite(digits_model, tmp_path):
 def test_bad_models_are_refused(digits_model, tmp_path):
     with pytest.raises(ValueError, match="no classification head"):
         export_model(tiny_vit(include_top=False), tmp_path / "features_savedmodel")
-    with pytest.raises(ValueError, match="takes a keras_vit.VisionTransformer, got Sequential"):
+    with pytest.raises(ValueError, match="expected a keras_vit.VisionTransformer, got Sequential"):
         export_model(keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)]), tmp_path / "x_savedmodel")
     with pytest.raises(ValueError, match=r"looks like a file name"):
         export_model(digits_model, tmp_path / "model.keras", format="saved_model")
