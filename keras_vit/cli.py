@@ -20,6 +20,31 @@ def _convert(args):
     )
 
 
+def _train(args):
+    from keras_vit.training import apply_overrides, load_recipe, train
+
+    config = apply_overrides(load_recipe(args.recipe), args.set)
+    model_dir = args.model_dir or os.path.join(
+        "runs", os.path.splitext(os.path.basename(args.recipe))[0])
+    metrics = train(config, model_dir, backup_dir=args.backup_dir)
+    if metrics["stopped_early"]:
+        raise RuntimeError(f"training stopped after {metrics['epochs_completed']} of {config['epochs']} epochs "
+                           "(a NaN loss?); see the history in the model dir")
+
+
+def _visualize(args):
+    from keras_vit.visualize import FIGURES, visualize_files
+
+    try:
+        written = visualize_files(args.model, args.out, args.image, batch_size=args.batch_size,
+                                  num_components=args.components)
+    except ImportError as e:  # matplotlib, an optional extra: one line, not a traceback
+        raise ValueError(str(e)) from None
+    for name in FIGURES:
+        if name in written:
+            print(written[name]["png"])
+
+
 def _export(args):
     from keras_vit.export import export_model
 
@@ -67,6 +92,23 @@ def build_parser():
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = commands.add_parser(
+        "train",
+        help="run a training recipe with model.fit (recipes/*.py)",
+        description="Runs RECIPE (a Python file whose get_config() returns the experiment) with model.fit "
+        "under the tf.distribute strategy that fits the machine (TPU, several workers via TF_CONFIG, several "
+        "GPUs, or one device). Writes model.keras, best.keras, metrics.json, history.csv and TensorBoard logs "
+        "to --model-dir. Rerunning the same command after a crash resumes from the last finished epoch.",
+    )
+    p.add_argument("recipe", help="e.g. recipes/digits.py")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a recipe key, e.g. --set epochs=5 --set model.hidden_size=256 "
+                   "--set data=../shared/data/cifar10-jpeg.tgz (repeatable)")
+    p.add_argument("--model-dir", default=None, help="output folder (default runs/<recipe name>)")
+    p.add_argument("--backup-dir", default=None,
+                   help="where preemption backups go (default <model-dir>/backup); one folder per worker inside")
+    p.set_defaults(func=_train)
+
+    p = commands.add_parser(
         "convert",
         help="official .npz checkpoint -> a ready-to-fine-tune .keras model",
         description="Builds a model of VARIANT at --image-size, loads the checkpoint (position embeddings "
@@ -82,6 +124,22 @@ def build_parser():
     p.add_argument("--out", required=True, help="output .keras file")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     p.set_defaults(func=_convert)
+
+    p = commands.add_parser(
+        "visualize",
+        help="the paper's analysis figures (Figures 6-7) for a model, with their data",
+        description="Writes attention_rollout, position_similarity, embedding_filters and attention_distance "
+        "(.png with .npz and .json beside each) into --out. The attention figures need --image; images are "
+        "resized to the model's input size.",
+    )
+    p.add_argument("model", help="a keras-vit model file (.keras)")
+    p.add_argument("--image", nargs="+", action="extend", metavar="IMG",
+                   help="image files (JPEG, PNG, GIF, BMP) for the rollout maps and attention distances")
+    p.add_argument("--out", required=True, help="output folder (created; figures in it are replaced)")
+    p.add_argument("--batch-size", type=int, default=16, help="images per forward pass (default 16)")
+    p.add_argument("--components", type=int, default=28,
+                   help="principal components of the embedding filters to draw (default 28)")
+    p.set_defaults(func=_visualize)
 
     p = commands.add_parser(
         "export",
@@ -142,7 +200,7 @@ def main(argv=None):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
         args.func(args)
-    except (ValueError, FileNotFoundError, FileExistsError) as e:
+    except (ValueError, FileNotFoundError, FileExistsError, RuntimeError) as e:
         print(f"keras-vit {args.command}: error: {e}", file=sys.stderr)
         return 1
     return 0

@@ -1,0 +1,365 @@
+"""tf.data input pipelines: sources (arrays, image folders, .tgz archives, tfds), the
+official preprocessing (pixels to [-1, 1]), augmentation and batching.
+
+A source gives uint8 RGB images and integer labels with class names; `make_dataset`
+turns a split into a batched `tf.data.Dataset` of (images in [-1, 1], one-hot labels).
+Datasets sorted by class are always shuffled with a fixed seed before any slicing, so
+no split or subset is biased towards the first classes.
+"""
+
+import logging
+import os
+import tarfile
+
+import numpy as np
+import tensorflow as tf
+
+log = logging.getLogger("keras_vit")
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+AUTOTUNE = tf.data.AUTOTUNE
+
+
+class Split:
+    """One split of a dataset held in memory: uint8 images (N, H, W, 3), int labels (N,)."""
+
+    def __init__(self, images, labels, class_names, origin):
+        self.images = images
+        self.labels = labels
+        self.class_names = list(class_names)
+        self.origin = origin
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __repr__(self):
+        return f"Split({self.origin}: {len(self)} images {self.images.shape[1:]}, {len(self.class_names)} classes)"
+
+
+def _as_rgb_uint8(images, origin):
+    """(N, H, W) or (N, H, W, 1|3|4) numbers in [0, 255] -> (N, H, W, 3) uint8."""
+    images = np.asarray(images)
+    if images.ndim == 3:
+        images = images[..., None]
+    if images.ndim != 4 or images.shape[-1] not in (1, 3, 4):
+        raise ValueError(f"{origin}: images must be (N, H, W) or (N, H, W, 1|3|4), got shape {images.shape}.")
+    if images.shape[-1] == 1:
+        images = np.repeat(images, 3, axis=-1)
+    elif images.shape[-1] == 4:
+        images = images[..., :3]
+    if images.dtype != np.uint8:
+        if images.size and (images.min() < 0 or images.max() > 255):
+            raise ValueError(f"{origin}: pixel values must lie in [0, 255], found [{images.min()}, {images.max()}].")
+        images = np.round(images).astype(np.uint8)
+    return images
+
+
+def from_arrays(images, labels, class_names=None, origin="arrays"):
+    """A Split from in-memory images (a dense array or a list of equal-size arrays) and labels."""
+    if isinstance(images, (list, tuple)):
+        shapes = {np.shape(im) for im in images}
+        if len(shapes) > 1:
+            first = np.shape(images[0])
+            bad = next(i for i, im in enumerate(images) if np.shape(im) != first)
+            raise ValueError(
+                f"{origin}: images of mixed sizes: image 0 is {first}, image {bad} is {np.shape(images[bad])}. "
+                "Resize them to one size first."
+            )
+        images = np.stack(images) if images else np.zeros((0, 1, 1, 3), np.uint8)
+    labels = np.asarray(labels).astype(np.int64).reshape(-1)
+    images = _as_rgb_uint8(images, origin)
+    if len(images) != len(labels):
+        raise ValueError(f"{origin}: {len(images)} images but {len(labels)} labels.")
+    if len(images) == 0:
+        raise ValueError(f"{origin}: no images; refusing to train or evaluate on zero examples.")
+    if class_names is None:
+        class_names = [str(i) for i in range(int(labels.max()) + 1)]
+    if labels.min() < 0 or labels.max() >= len(class_names):
+        raise ValueError(f"{origin}: labels must lie in [0, {len(class_names) - 1}], found [{labels.min()}, {labels.max()}].")
+    return Split(images, labels, class_names, origin)
+
+
+def stratified_split(split, fraction, seed=0, names=("train", "validation")):
+    """Splits off `fraction` of every class (shuffled with `seed`); returns (rest, held_out)."""
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"split fraction must be in (0, 1), got {fraction}.")
+    rng = np.random.default_rng(seed)
+    held = []
+    for c in np.unique(split.labels):
+        idx = np.flatnonzero(split.labels == c)
+        rng.shuffle(idx)
+        held.extend(idx[: max(1, int(round(len(idx) * fraction)))])
+    mask = np.zeros(len(split), bool)
+    mask[held] = True
+    rest_idx, held_idx = np.flatnonzero(~mask), np.flatnonzero(mask)
+    rng.shuffle(rest_idx)
+    rng.shuffle(held_idx)
+
+    def take(idx, name):
+        return Split(split.images[idx], split.labels[idx], split.class_names, f"{split.origin} [{name}]")
+
+    return take(rest_idx, names[0]), take(held_idx, names[1])
+
+
+def load_digits(seed=0, test_fraction=0.2):
+    """scikit-learn's 1,797 8x8 digits as RGB uint8, split stratified 80/20 with a fixed seed."""
+    from sklearn.datasets import load_digits as sklearn_digits
+
+    digits = sklearn_digits()
+    images = digits.images * (255.0 / 16.0)  # 0..16 grey levels -> 0..255
+    split = from_arrays(images, digits.target, [str(d) for d in range(10)], origin="sklearn digits")
+    train, test = stratified_split(split, test_fraction, seed=seed, names=("train", "test"))
+    return {"train": train, "test": test}
+
+
+def _decode_all(items, origin):
+    """Decodes encoded images [(name, bytes)] in parallel into one uint8 array, checking sizes."""
+    names = [n for n, _ in items]
+    ds = tf.data.Dataset.from_tensor_slices([b for _, b in items])
+    ds = ds.map(lambda b: tf.io.decode_image(b, channels=3, expand_animations=False), num_parallel_calls=AUTOTUNE)
+    images = []
+    try:
+        for i, image in enumerate(ds.as_numpy_iterator()):
+            if images and image.shape != images[0].shape:
+                raise ValueError(
+                    f"{origin}: images of mixed sizes: {names[0]} is {images[0].shape[1]}x{images[0].shape[0]}, "
+                    f"{names[i]} is {image.shape[1]}x{image.shape[0]}. Resize the dataset to one size."
+                )
+            images.append(image)
+    except tf.errors.InvalidArgumentError:
+        for name, data in items:  # find the culprit; only on the error path
+            try:
+                tf.io.decode_image(data, channels=3, expand_animations=False)
+            except tf.errors.InvalidArgumentError:
+                raise ValueError(f"{name} is not a readable image (JPEG, PNG, BMP or GIF).") from None
+        raise
+    return np.stack(images)
+
+
+def _class_folders(split_dir):
+    try:
+        classes = sorted(e.name for e in os.scandir(split_dir) if e.is_dir())
+    except OSError as e:
+        raise ValueError(f"Cannot read the data folder {split_dir}: {e.strerror}.") from None
+    if not classes:
+        raise ValueError(f"{split_dir} has no class folders; expected {split_dir}/<class>/<image files>.")
+    return classes
+
+
+def load_image_folder(root, splits=("train", "test")):
+    """Reads `root/<split>/<class>/*.jpg|png` into memory; class names are the folder names.
+
+    Images of one dataset must share one size (a mix is reported with two example files);
+    a class folder without images, an empty or unreadable folder raise a ValueError naming
+    the path.
+    """
+    root = os.fspath(root)
+    if not os.path.isdir(root):
+        raise ValueError(f"Data folder {root} does not exist or is not a folder.")
+    out, class_names = {}, None
+    for split in splits:
+        split_dir = os.path.join(root, split)
+        if not os.path.isdir(split_dir):
+            raise ValueError(f"Data folder {root} has no '{split}' folder; expected {root}/{split}/<class>/<images>.")
+        classes = _class_folders(split_dir)
+        if class_names is not None and classes != class_names:
+            raise ValueError(f"{split_dir} has classes {classes}, but {root}/{splits[0]} has {class_names}.")
+        class_names = classes
+        items, labels = [], []
+        for label, name in enumerate(classes):
+            folder = os.path.join(split_dir, name)
+            files = sorted(f for f in os.listdir(folder) if f.lower().endswith(IMAGE_EXTENSIONS))
+            if not files:
+                raise ValueError(f"Class folder {folder} has no images ({', '.join(IMAGE_EXTENSIONS)}).")
+            for f in files:
+                path = os.path.join(folder, f)
+                with open(path, "rb") as fh:
+                    items.append((path, fh.read()))
+                labels.append(label)
+        log.info("decoding %d images of %s/%s", len(items), root, split)
+        out[split] = from_arrays(_decode_all(items, split_dir), labels, classes, origin=split_dir)
+    return out
+
+
+def load_image_archive(path, splits=("train", "test")):
+    """Reads a .tar/.tgz holding `[top/]<split>/<class>/*.jpg` (the layout of cifar10-jpeg.tgz)."""
+    path = os.fspath(path)
+    members = {split: {} for split in splits}
+    try:
+        with tarfile.open(path, "r:*") as archive:
+            for member in archive:
+                if not member.isfile() or not member.name.lower().endswith(IMAGE_EXTENSIONS):
+                    continue
+                parts = member.name.strip("./").split("/")
+                if len(parts) < 3 or parts[-3] not in members:
+                    continue
+                split, cls = parts[-3], parts[-2]
+                members[split].setdefault(cls, []).append((f"{path}:{member.name}", archive.extractfile(member).read()))
+    except (tarfile.TarError, OSError, EOFError) as e:
+        raise ValueError(f"Cannot read the image archive {path}: {e}.") from None
+    out, class_names = {}, None
+    for split in splits:
+        classes = sorted(members[split])
+        if not classes:
+            raise ValueError(f"{path} has no images under {split}/<class>/; expected [top/]{split}/<class>/<images>.")
+        if class_names is not None and classes != class_names:
+            raise ValueError(f"{path}: {split} has classes {classes}, but {splits[0]} has {class_names}.")
+        class_names = classes
+        items, labels = [], []
+        for label, cls in enumerate(classes):
+            for item in sorted(members[split][cls]):
+                items.append(item)
+                labels.append(label)
+        log.info("decoding %d images of %s:%s", len(items), path, split)
+        out[split] = from_arrays(_decode_all(items, f"{path}:{split}"), labels, classes, origin=f"{path}:{split}")
+    return out
+
+
+def load_tfds(name, splits=("train", "test"), data_dir=None):
+    """A tfds dataset (e.g. "cifar10") into memory; needs the data prepared or internet access."""
+    import tensorflow_datasets as tfds
+
+    builder = tfds.builder(name, data_dir=data_dir)
+    builder.download_and_prepare()
+    names = builder.info.features["label"].names
+    out = {}
+    for split in splits:
+        ds = builder.as_dataset(split=split, as_supervised=True, batch_size=-1)
+        images, labels = tfds.as_numpy(ds)
+        out[split] = from_arrays(images, labels, names, origin=f"tfds:{name}/{split}")
+    return out
+
+
+def load_data(spec, splits=("train", "test")):
+    """Resolves a data spec: "digits", "tfds:NAME", a folder, a .tar/.tgz, or a tfds name."""
+    spec = os.fspath(spec)
+    if spec == "digits":
+        return load_digits()
+    if spec.startswith("tfds:"):
+        return load_tfds(spec[len("tfds:"):], splits)
+    if os.path.isdir(spec):
+        return load_image_folder(spec, splits)
+    if os.path.isfile(spec):
+        return load_image_archive(spec, splits)
+    if os.sep in spec or spec.endswith((".tgz", ".tar", ".gz")):
+        raise ValueError(f"Data path {spec} does not exist.")
+    return load_tfds(spec, splits)
+
+
+# --- preprocessing and augmentation, in the graph -------------------------------------
+
+def to_model_range(images):
+    """uint8 [0, 255] -> float32 [-1, 1], as keras_vit.preprocess_input."""
+    return tf.cast(images, tf.float32) / 127.5 - 1.0
+
+
+def inception_crop(image, size, min_area=0.05, seed=None):
+    """Random crop covering min_area-100% of the image, aspect 3/4-4/3, resized to `size`."""
+    begin, crop_size, _ = tf.image.sample_distorted_bounding_box(
+        tf.shape(image), tf.zeros((0, 0, 4), tf.float32), min_object_covered=0.0,
+        aspect_ratio_range=(3 / 4, 4 / 3), area_range=(min_area, 1.0), max_attempts=10,
+        use_image_if_no_bounding_boxes=True, seed=seed or 0)
+    crop = tf.slice(image, begin, crop_size)
+    return tf.image.resize(crop, size, method="bilinear", antialias=True)
+
+
+def pad_crop(image, size, pad):
+    """Pads by `pad` pixels (reflect) and takes a random crop of `size`: the CIFAR standard."""
+    image = tf.image.resize(image, size) if image.shape[:2] != tuple(size) else tf.cast(image, tf.float32)
+    image = tf.pad(image, [[pad, pad], [pad, pad], [0, 0]], mode="REFLECT")
+    return tf.image.random_crop(image, tuple(size) + (3,))
+
+
+def center_resize(image, size, crop_fraction=1.0):
+    """Evaluation: central crop of `crop_fraction` of the shorter side, resized to `size`."""
+    image = tf.cast(image, tf.float32)
+    if crop_fraction < 1.0:
+        shape = tf.shape(image)
+        side = tf.cast(tf.cast(tf.minimum(shape[0], shape[1]), tf.float32) * crop_fraction, tf.int32)
+        image = tf.image.crop_to_bounding_box(image, (shape[0] - side) // 2, (shape[1] - side) // 2, side, side)
+    if image.shape[:2] == tuple(size):
+        return image
+    return tf.image.resize(image, size, method="bilinear", antialias=True)
+
+
+def make_dataset(split, image_size, batch_size, *, training, num_classes=None, crop="pad", min_area=0.05,
+                 pad=4, flip=True, randaugment=None, mixup=0.0, cutmix=0.0, crop_fraction=1.0, seed=0,
+                 repeat=False, drop_remainder=None):
+    """A batched tf.data pipeline of (images in [-1, 1], one-hot float labels) from a Split.
+
+    Training: shuffle (seeded), crop ("inception": area `min_area`-100%; "pad": reflect-pad
+    and random crop; "none": resize), horizontal flips, optional RandAugment (num_ops,
+    magnitude) with Keras 3's layer, then MixUp / CutMix on batches (alpha > 0 enables,
+    one of them per batch when both are set). Evaluation: central crop and resize.
+    """
+    size = tuple(image_size) if not isinstance(image_size, int) else (image_size, image_size)
+    num_classes = num_classes or len(split.class_names)
+    if len(split) == 0:
+        raise ValueError(f"{split.origin}: no images; refusing to train or evaluate on zero examples.")
+    ds = tf.data.Dataset.from_tensor_slices((split.images, split.labels))
+    if training:
+        ds = ds.shuffle(min(len(split), 50_000), seed=seed, reshuffle_each_iteration=True)
+        if repeat:
+            ds = ds.repeat()
+        rand_aug = None
+        if randaugment:
+            import keras
+
+            num_ops, magnitude = randaugment
+            rand_aug = keras.layers.RandAugment(value_range=(0, 255), num_ops=int(num_ops),
+                                                factor=float(magnitude) / 10.0, seed=seed)
+
+        def augment(image, label):
+            if crop == "inception":
+                image = inception_crop(image, size, min_area)
+            elif crop == "pad":
+                image = pad_crop(image, size, pad)
+            elif crop == "none":
+                image = center_resize(image, size)
+            else:
+                raise ValueError(f"Unknown crop {crop!r}; use 'inception', 'pad' or 'none'.")
+            if flip:
+                image = tf.image.random_flip_left_right(image)
+            if rand_aug is not None:
+                image = rand_aug(tf.clip_by_value(image, 0, 255), training=True)
+            return to_model_range(tf.clip_by_value(image, 0, 255)), tf.one_hot(label, num_classes)
+
+        ds = ds.map(augment, num_parallel_calls=AUTOTUNE)
+        ds = ds.batch(batch_size, drop_remainder=True if drop_remainder is None else drop_remainder)
+        if mixup or cutmix:
+            ds = ds.map(_batch_mixer(mixup, cutmix, seed), num_parallel_calls=AUTOTUNE)
+    else:
+        ds = ds.map(lambda im, lb: (to_model_range(center_resize(im, size, crop_fraction)), tf.one_hot(lb, num_classes)),
+                    num_parallel_calls=AUTOTUNE)
+        ds = ds.batch(batch_size, drop_remainder=bool(drop_remainder))
+    options = tf.data.Options()
+    # The in-memory tensors can be split by element across workers.
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return ds.with_options(options).prefetch(AUTOTUNE)
+
+
+def _batch_mixer(mixup, cutmix, seed):
+    import keras
+
+    layers = []
+    if mixup:
+        layers.append(keras.layers.MixUp(alpha=float(mixup), seed=seed))
+    if cutmix:
+        layers.append(keras.layers.CutMix(factor=float(cutmix), seed=seed))
+
+    def mix(images, labels):
+        data = {"images": images, "labels": labels}
+        if len(layers) == 1:
+            data = layers[0](data, training=True)
+        else:  # one of the two per batch, evenly
+            data = tf.cond(tf.random.uniform(()) < 0.5, lambda: layers[0](data, training=True),
+                           lambda: layers[1](data, training=True))
+        return data["images"], data["labels"]
+
+    return mix
+
+
+__all__ = [
+    "Split", "from_arrays", "stratified_split", "load_digits", "load_image_folder", "load_image_archive",
+    "load_tfds", "load_data", "make_dataset", "to_model_range", "inception_crop", "pad_crop", "center_resize",
+]

@@ -1,0 +1,503 @@
+"""Training with `model.fit` under tf.distribute: recipes, strategies, optimizers, callbacks.
+
+A recipe is a Python file whose `get_config()` returns the whole experiment as a dict
+(see `DEFAULTS` for every key). `train(config, model_dir)` builds the data, the model and
+the optimizer inside the strategy's scope, fits with preemption-safe callbacks and writes
+`model.keras`, `best.keras`, `metrics.json`, `history.csv` and TensorBoard logs.
+"""
+
+import ast
+import copy
+import importlib.util
+import json
+import logging
+import math
+import os
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_vit._files import atomic_path
+
+log = logging.getLogger("keras_vit")
+
+# Every key a recipe may set, with its default. Recipes return their own values for the
+# keys they care about; `--set key=value` (dotted for model.*) overrides any of them.
+DEFAULTS = {
+    # data: "digits", "tfds:NAME" (or a tfds name), a folder root/<split>/<class>/*.jpg, or a .tgz of one
+    "data": "digits",
+    "train_split": "train",
+    "test_split": "test",
+    "validation_split": 0.1,  # fraction of train held out (stratified) to pick the best model; 0: none
+    "max_train_examples": None,  # a seeded random subset, for quick runs
+    "image_size": 32,
+    # model: VisionTransformer arguments; `variant` ("B/16", ...) gives the sizes
+    "model": {
+        "variant": None,
+        "patch_size": 4,
+        "hidden_size": 192,
+        "num_layers": 6,
+        "num_heads": 3,
+        "mlp_dim": 384,
+        "classifier": "token",
+        "representation_size": None,
+        "resnet": None,
+        "dropout_rate": 0.0,
+        "attention_dropout_rate": 0.0,
+        "drop_path_rate": 0.0,
+    },
+    "init_checkpoint": None,  # .npz / .keras / .weights.h5 path or a released name ("imagenet21k")
+    "resample": "official",  # position-embedding resampling when the checkpoint's grid differs
+    # augmentation
+    "crop": "pad",  # "inception" (area min_area-100%), "pad" (reflect pad + random crop), "none"
+    "min_area": 0.05,
+    "pad": 4,
+    "flip": True,
+    "randaugment": None,  # (num_ops, magnitude 0-10)
+    "mixup": 0.0,  # MixUp alpha
+    "cutmix": 0.0,  # CutMix beta parameter
+    "label_smoothing": 0.0,
+    "eval_crop_fraction": 1.0,
+    # optimisation
+    "optimizer": "adamw",  # "adamw" (decoupled weight decay, not on biases/norms/cls/posemb) or "sgd"
+    "learning_rate": 1e-3,
+    "weight_decay": 0.05,
+    "momentum": 0.9,
+    "beta_1": 0.9,
+    "beta_2": 0.999,
+    "schedule": "cosine",  # after warm-up: "cosine", "linear" or "constant"
+    "warmup_steps": None,  # or warmup_epochs
+    "warmup_epochs": 1.0,
+    "end_learning_rate": 0.0,
+    "clip_norm": 1.0,  # clipping by global norm; None: off
+    "epochs": 10,
+    "batch_size": 128,  # global batch, split across replicas
+    "steps_per_epoch": None,  # default: one pass over the training split
+    "precision": "float32",  # "mixed_bfloat16", "mixed_float16"
+    "strategy": "auto",  # "auto", "default", "mirrored", "multi_worker", "tpu"
+    "cpu_replicas": 0,  # > 1: split the CPU into that many logical devices (tests, debugging)
+    "seed": 0,
+    "jit_compile": False,  # XLA is slower in float32 on CPU; try True on GPU/TPU
+}
+
+MODEL_KEYS = ("variant", "image_size", "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim",
+              "classifier", "representation_size", "resnet", "dropout_rate", "attention_dropout_rate",
+              "drop_path_rate", "pooling", "approximate_gelu")
+
+
+# --- recipes and overrides -----------------------------------------------------------
+
+def _flat_keys(config, prefix=""):
+    keys = []
+    for k, v in config.items():
+        if isinstance(v, dict) and k == "model":
+            keys.extend(_flat_keys(v, f"{k}."))
+        else:
+            keys.append(prefix + k)
+    return keys
+
+
+def _valid_keys():
+    return sorted(set(_flat_keys(DEFAULTS)) | {f"model.{k}" for k in MODEL_KEYS if k != "image_size"})
+
+
+def resolve_config(recipe_config):
+    """A recipe's dict merged over DEFAULTS; unknown keys raise a ValueError listing valid ones."""
+    config = copy.deepcopy(DEFAULTS)
+    unknown = []
+    for key, value in recipe_config.items():
+        if key == "model":
+            if not isinstance(value, dict):
+                raise ValueError(f"recipe key 'model' must be a dict, got {value!r}.")
+            bad = [f"model.{k}" for k in value if k not in MODEL_KEYS or k == "image_size"]
+            unknown.extend(bad)
+            config["model"].update({k: v for k, v in value.items() if f"model.{k}" not in bad})
+        elif key in config:
+            config[key] = value
+        else:
+            unknown.append(key)
+    if unknown:
+        raise ValueError(f"Unknown recipe key(s) {', '.join(unknown)}. Valid keys: {', '.join(_valid_keys())}.")
+    return config
+
+
+def load_recipe(path):
+    """Runs a recipe file and returns its resolved config."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ValueError(f"Recipe {path} does not exist.")
+    spec = importlib.util.spec_from_file_location(f"keras_vit_recipe_{abs(hash(path))}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if not callable(getattr(module, "get_config", None)):
+        raise ValueError(f"Recipe {path} defines no get_config().")
+    config = resolve_config(module.get_config())
+    config["recipe"] = os.path.abspath(path)
+    return config
+
+
+def _parse_value(key, text, current):
+    """Parses `text` as the type of the current value (bool, int, float, str, tuple, None)."""
+    def literal():
+        try:
+            return ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            return text
+
+    if isinstance(current, bool):
+        if text.lower() in ("true", "1", "yes", "on"):
+            return True
+        if text.lower() in ("false", "0", "no", "off"):
+            return False
+        raise ValueError(f"--set {key}={text}: expected true or false.")
+    if isinstance(current, int):
+        try:
+            return int(text)
+        except ValueError:
+            if text.lower() == "none":
+                return None
+            raise ValueError(f"--set {key}={text}: expected an integer.") from None
+    if isinstance(current, float):
+        try:
+            return float(text)
+        except ValueError:
+            if text.lower() == "none":
+                return None
+            raise ValueError(f"--set {key}={text}: expected a number.") from None
+    if isinstance(current, str):
+        return None if text.lower() == "none" else text
+    value = literal()
+    return None if value == "None" else value
+
+
+def apply_overrides(config, overrides):
+    """Applies ["key=value", "model.hidden_size=256", ...]; unknown keys list the valid ones."""
+    config = copy.deepcopy(config)
+    for item in overrides or ():
+        if "=" not in item:
+            raise ValueError(f"--set expects key=value, got {item!r}.")
+        key, text = item.split("=", 1)
+        key = key.strip()
+        if key not in _valid_keys():
+            raise ValueError(f"Unknown recipe key {key!r} in --set {item}. Valid keys: {', '.join(_valid_keys())}.")
+        if key.startswith("model."):
+            name = key.split(".", 1)[1]
+            config["model"][name] = _parse_value(key, text, config["model"].get(name))
+        else:
+            config[key] = _parse_value(key, text, config[key])
+    return config
+
+
+# --- strategies ----------------------------------------------------------------------
+
+def _tf_config():
+    try:
+        return json.loads(os.environ.get("TF_CONFIG", "{}") or "{}")
+    except json.JSONDecodeError as e:
+        raise ValueError(f"TF_CONFIG is not valid JSON: {e}.") from None
+
+
+def _num_workers(tf_config):
+    cluster = tf_config.get("cluster", {})
+    return len(cluster.get("worker", [])) + len(cluster.get("chief", []))
+
+
+def _tpu_resolver():
+    if not (os.environ.get("TPU_NAME") or os.environ.get("COLAB_TPU_ADDR") or os.path.exists("/dev/accel0")
+            or os.path.exists("/dev/vfio/0")):
+        return None
+    try:
+        return tf.distribute.cluster_resolver.TPUClusterResolver()
+    except (ValueError, tf.errors.NotFoundError):
+        return None
+
+
+def get_strategy(name="auto", cpu_replicas=0):
+    """The tf.distribute strategy to train with.
+
+    "auto": TPUStrategy when a TPU is configured, MultiWorkerMirroredStrategy when
+    TF_CONFIG names several workers, MirroredStrategy for several GPUs (or `cpu_replicas`
+    logical CPUs), else the default strategy. Or name one: "default", "mirrored",
+    "multi_worker", "tpu".
+    """
+    names = ("auto", "default", "mirrored", "multi_worker", "tpu")
+    if name not in names:
+        raise ValueError(f"Unknown strategy {name!r}; use one of {names}.")
+    if cpu_replicas and cpu_replicas > 1:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        if len(tf.config.list_logical_devices("CPU")) < cpu_replicas:
+            try:
+                tf.config.set_logical_device_configuration(
+                    cpu, [tf.config.LogicalDeviceConfiguration()] * cpu_replicas)
+            except RuntimeError as e:
+                raise RuntimeError(f"cpu_replicas={cpu_replicas} must be set before TensorFlow starts: {e}") from None
+    if name == "tpu" or (name == "auto" and _tpu_resolver() is not None):
+        resolver = _tpu_resolver() or tf.distribute.cluster_resolver.TPUClusterResolver()
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        return tf.distribute.TPUStrategy(resolver)
+    if name == "multi_worker" or (name == "auto" and _num_workers(_tf_config()) > 1):
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    gpus = tf.config.list_logical_devices("GPU")
+    cpus = tf.config.list_logical_devices("CPU")
+    if name == "mirrored" or (name == "auto" and (len(gpus) > 1 or (cpu_replicas or 0) > 1)):
+        devices = [d.name for d in gpus] if gpus else [d.name for d in cpus[: max(cpu_replicas or 1, 1)]]
+        return tf.distribute.MirroredStrategy(devices)
+    return tf.distribute.get_strategy()
+
+
+def strategy_name(strategy):
+    """The public tf.distribute name of a strategy (CollectiveAllReduceStrategy -> MultiWorkerMirroredStrategy)."""
+    name = type(strategy).__name__
+    return {
+        "CollectiveAllReduceStrategy": "MultiWorkerMirroredStrategy",
+        "_DefaultDistributionStrategy": "DefaultStrategy",
+        "TPUStrategyV2": "TPUStrategy",
+    }.get(name, name)
+
+
+def _task():
+    """(task type, index, is_chief) of this process in TF_CONFIG; a lone process is the chief."""
+    task = _tf_config().get("task", {})
+    kind, index = task.get("type", "worker"), int(task.get("index", 0))
+    has_chief = bool(_tf_config().get("cluster", {}).get("chief"))
+    return kind, index, (kind == "chief" or (not has_chief and index == 0))
+
+
+# --- optimisation --------------------------------------------------------------------
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warm-up from 0 to `peak`, then "cosine", "linear" or "constant" down to `end`."""
+
+    def __init__(self, peak, warmup_steps, total_steps, decay="cosine", end=0.0):
+        self.peak = float(peak)
+        self.warmup_steps = int(warmup_steps)
+        self.total_steps = int(total_steps)
+        self.decay = decay
+        self.end = float(end)
+        if decay not in ("cosine", "linear", "constant"):
+            raise ValueError(f"Unknown schedule {decay!r}; use 'cosine', 'linear' or 'constant'.")
+
+    def __call__(self, step):
+        step = keras.ops.cast(step, "float32")
+        warm = self.peak * step / max(self.warmup_steps, 1)
+        progress = keras.ops.clip((step - self.warmup_steps) / max(self.total_steps - self.warmup_steps, 1), 0.0, 1.0)
+        if self.decay == "cosine":
+            decayed = self.end + (self.peak - self.end) * 0.5 * (1.0 + keras.ops.cos(math.pi * progress))
+        elif self.decay == "linear":
+            decayed = self.peak + (self.end - self.peak) * progress
+        else:
+            decayed = self.peak + 0.0 * progress
+        return keras.ops.where(step < self.warmup_steps, warm, decayed)
+
+    def get_config(self):
+        return {"peak": self.peak, "warmup_steps": self.warmup_steps, "total_steps": self.total_steps,
+                "decay": self.decay, "end": self.end}
+
+
+# Not decayed, as in the official code: biases, norm scales and offsets, class token, position embeddings.
+NO_DECAY = ["bias", "gamma", "beta", "cls", "pos_embedding"]
+
+
+def build_optimizer(config, steps_per_epoch):
+    total = max(int(config["epochs"] * steps_per_epoch), 1)
+    warmup = config["warmup_steps"]
+    if warmup is None:
+        warmup = int(round(config["warmup_epochs"] * steps_per_epoch))
+    schedule = WarmupSchedule(config["learning_rate"], min(warmup, total), total, config["schedule"],
+                              config["end_learning_rate"])
+    common = dict(learning_rate=schedule, global_clipnorm=config["clip_norm"])
+    if config["optimizer"] == "adamw":
+        optimizer = keras.optimizers.AdamW(weight_decay=config["weight_decay"], beta_1=config["beta_1"],
+                                           beta_2=config["beta_2"], **common)
+        optimizer.exclude_from_weight_decay(var_names=NO_DECAY)
+    elif config["optimizer"] == "sgd":
+        optimizer = keras.optimizers.SGD(momentum=config["momentum"], **common)
+    else:
+        raise ValueError(f"Unknown optimizer {config['optimizer']!r}; use 'adamw' or 'sgd'.")
+    return optimizer
+
+
+# --- callbacks -----------------------------------------------------------------------
+
+class BestModelCheckpoint(keras.callbacks.Callback):
+    """Saves the model with the best `monitor` so far, atomically (never a half-written file)."""
+
+    def __init__(self, path, monitor="val_accuracy", enabled=True):
+        super().__init__()
+        self.path = path
+        self.monitor = monitor
+        self.enabled = enabled
+        self.best = -math.inf
+
+    def on_epoch_end(self, epoch, logs=None):
+        value = (logs or {}).get(self.monitor)
+        if value is None or value <= self.best:
+            return
+        self.best = float(value)
+        if self.enabled:
+            with atomic_path(self.path) as tmp:
+                self.model.save(tmp)
+
+
+class EpochCounter(keras.callbacks.Callback):
+    """Remembers the last finished epoch (BackupAndRestore may start fit past epoch 0)."""
+
+    def __init__(self):
+        super().__init__()
+        self.first_epoch = None
+        self.epochs_completed = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self.first_epoch is None:
+            self.first_epoch = epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.epochs_completed = epoch + 1
+
+
+# --- the job -------------------------------------------------------------------------
+
+def prepare_data(config):
+    """Loads the splits named by the config: train (minus validation), validation, test."""
+    from keras_vit import data as data_lib
+
+    splits = data_lib.load_data(config["data"], (config["train_split"], config["test_split"]))
+    train, test = splits[config["train_split"]], splits[config["test_split"]]
+    if config["max_train_examples"]:
+        # a stratified subset: the sorted folders must not yield the first classes only
+        keep = int(config["max_train_examples"])
+        if keep < len(train):
+            train, _ = data_lib.stratified_split(train, 1.0 - keep / len(train), seed=config["seed"])
+    validation = None
+    if config["validation_split"]:
+        train, validation = data_lib.stratified_split(train, config["validation_split"], seed=config["seed"])
+    for split in (train, test) + ((validation,) if validation is not None else ()):
+        if len(split) == 0:
+            raise ValueError(f"{split.origin}: no images; refusing to train on zero examples.")
+    return train, validation, test
+
+
+def build_model(config, class_names):
+    from keras_vit.models import VisionTransformer, create_model
+
+    kwargs = {k: v for k, v in config["model"].items() if v is not None and k != "variant"}
+    kwargs.update(image_size=config["image_size"], classes=len(class_names), class_names=class_names,
+                  classifier_activation=None)
+    variant = config["model"].get("variant")
+    model = create_model(variant, **kwargs) if variant else VisionTransformer(**kwargs)
+    if config["init_checkpoint"]:
+        from keras_vit.checkpoints import load_weights
+
+        load_weights(model, config["init_checkpoint"], method=config["resample"])
+    return model
+
+
+def train(config, model_dir, backup_dir=None, verbose="auto"):
+    """Runs one experiment; returns the metrics written to `model_dir/metrics.json`."""
+    config = copy.deepcopy(config)
+    for key in ("epochs", "batch_size"):
+        if not isinstance(config[key], int) or config[key] < 1:
+            raise ValueError(f"{key} must be a positive integer, got {config[key]!r}.")
+    strategy = get_strategy(config["strategy"], config["cpu_replicas"])
+    kind, index, is_chief = _task()
+    replicas = strategy.num_replicas_in_sync
+    print(f"keras-vit train: {strategy_name(strategy)} with {replicas} replica(s)"
+          f"{'' if is_chief else f' (worker {index})'}; precision {config['precision']}", flush=True)
+    keras.utils.set_random_seed(config["seed"])
+    keras.mixed_precision.set_global_policy(config["precision"])
+    try:
+        return _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose):
+    from keras_vit import data as data_lib
+
+    model_dir = os.path.abspath(model_dir)
+    # Non-chief workers write nothing the user reads; their files go to a scratch folder.
+    out_dir = model_dir if is_chief else os.path.join(model_dir, ".workers", f"worker_{index}")
+    os.makedirs(out_dir, exist_ok=True)
+    train_split, val_split, test_split = prepare_data(config)
+    class_names = train_split.class_names
+    log.info("data: %d train, %s validation, %d test images of %s, %d classes",
+             len(train_split), len(val_split) if val_split is not None else 0, len(test_split),
+             config["data"], len(class_names))
+    batch = config["batch_size"]
+    if batch % strategy.num_replicas_in_sync:
+        raise ValueError(f"batch_size {batch} is not divisible by the {strategy.num_replicas_in_sync} replicas.")
+    steps = config["steps_per_epoch"] or max(len(train_split) // batch, 1)
+    aug = dict(crop=config["crop"], min_area=config["min_area"], pad=config["pad"], flip=config["flip"],
+               randaugment=config["randaugment"], mixup=config["mixup"], cutmix=config["cutmix"])
+    train_ds = data_lib.make_dataset(train_split, config["image_size"], batch, training=True, seed=config["seed"],
+                                     repeat=True, **aug)
+    eval_kw = dict(crop_fraction=config["eval_crop_fraction"])
+    val_ds = (data_lib.make_dataset(val_split, config["image_size"], batch, training=False, **eval_kw)
+              if val_split is not None else None)
+    test_ds = data_lib.make_dataset(test_split, config["image_size"], batch, training=False, **eval_kw)
+
+    with strategy.scope():
+        model = build_model(config, class_names)
+        model.compile(
+            optimizer=build_optimizer(config, steps),
+            loss=keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=config["label_smoothing"]),
+            metrics=[keras.metrics.CategoricalAccuracy(name="accuracy")],
+            jit_compile=config["jit_compile"],
+        )
+    counter = EpochCounter()
+    callbacks = [counter, keras.callbacks.TerminateOnNaN()]
+    backup_dir = backup_dir or os.path.join(model_dir, "backup")
+    # One folder per worker: workers sharing one crash on the HDF5 file lock.
+    callbacks.append(keras.callbacks.BackupAndRestore(os.path.join(backup_dir, f"worker_{index}"),
+                                                      double_checkpoint=True))
+    monitor = "val_accuracy" if val_ds is not None else "accuracy"
+    callbacks.append(BestModelCheckpoint(os.path.join(out_dir, "best.keras"), monitor, enabled=is_chief))
+    callbacks.append(keras.callbacks.CSVLogger(os.path.join(out_dir, "history.csv"), append=True))
+    callbacks.append(keras.callbacks.TensorBoard(os.path.join(out_dir, "logs"), write_graph=False))
+
+    start, cpu_start = time.time(), time.process_time()
+    history = model.fit(train_ds, epochs=config["epochs"], steps_per_epoch=steps, validation_data=val_ds,
+                        callbacks=callbacks, verbose=verbose, shuffle=False)
+    train_seconds, cpu_seconds = time.time() - start, time.process_time() - cpu_start
+    test_loss, test_accuracy = model.evaluate(test_ds, verbose=0)
+    stopped = counter.epochs_completed < config["epochs"]
+    metrics = {
+        "epochs_completed": counter.epochs_completed,
+        "resumed_at_epoch": counter.first_epoch or 0,
+        "stopped_early": stopped,
+        "test_accuracy": float(test_accuracy),
+        "test_loss": float(test_loss),
+        "test_examples": len(test_split),
+        "train_examples": len(train_split),
+        "validation_examples": len(val_split) if val_split is not None else 0,
+        "train_seconds": round(train_seconds, 1),
+        "train_cpu_seconds": round(cpu_seconds, 1),
+        "strategy": strategy_name(strategy),
+        "num_replicas": strategy.num_replicas_in_sync,
+        "parameters": model.count_params(),
+        "class_names": class_names,
+        "final_epoch_logs": {k: float(v[-1]) for k, v in history.history.items() if v},
+        "config": config,
+        "versions": {"tensorflow": tf.__version__, "keras": keras.__version__},
+    }
+    with atomic_path(os.path.join(out_dir, "model.keras")) as tmp:
+        model.save(tmp)
+    with atomic_path(os.path.join(out_dir, "metrics.json")) as tmp:
+        with open(tmp, "w") as f:
+            json.dump(metrics, f, indent=2, default=_json_default)
+    print(f"keras-vit train: {'stopped early after' if stopped else 'done:'} {counter.epochs_completed} epochs, "
+          f"test accuracy {test_accuracy:.4f}, test loss {test_loss:.4f}, {train_seconds:.0f} s, "
+          f"{strategy_name(strategy)} x{strategy.num_replicas_in_sync} -> {out_dir}", flush=True)
+    return metrics
+
+
+def _json_default(value):
+    if isinstance(value, (np.integer, np.floating)):
+        return value.item()
+    if isinstance(value, tuple):
+        return list(value)
+    return str(value)
