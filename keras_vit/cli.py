@@ -147,21 +147,26 @@ def build_parser():
         description="Exports MODEL with a serving_default signature taking uint8 RGB images (N, H, W, 3) and "
         "returning logits and probabilities; the SavedModel resizes any H, W inside, the TFLite model takes the "
         "model's size. The export is compared with Keras on sample images (max |logit diff|, top-1 agreement, "
-        "accuracy when --samples has class folders) before it is renamed into place; class names and the parity "
+        "accuracy when the samples are labelled) before it is renamed into place; class names and the parity "
         "report are written to OUT.json.",
     )
     p.add_argument("model", help="a keras-vit model (.keras)")
     p.add_argument("--format", choices=("saved_model", "tflite"), default=None,
                    help="default: tflite when --out ends in .tflite, else saved_model")
     p.add_argument("--quantize", choices=("float16", "dynamic", "int8"), default=None,
-                   help="TFLite: float16 weights, dynamic-range int8 weights, or full int8 (needs --representative)")
+                   help="TFLite: float16 weights, dynamic-range int8 weights, or full int8 (calibrated on "
+                   "--representative)")
     p.add_argument("--representative", metavar="IMAGES", default=None,
-                   help="calibration images for int8: a folder of images or of class folders")
+                   help="calibration images for int8: a folder of images or of class folders, or a data source "
+                   "as in recipes (a .tgz of train/<class>/ images, a folder DATA/train/<class>/, digits, "
+                   "tfds:NAME; its train split); default: the model's own training data, from the metrics.json "
+                   "of `keras-vit train` beside MODEL")
     p.add_argument("--calibration-images", type=int, default=200, metavar="N",
                    help="calibrate on at most N images (default 200)")
     p.add_argument("--samples", metavar="IMAGES", default=None,
-                   help="images for the parity check: a folder of images, or of one folder per class (adds "
-                   "accuracy); default: random pixels")
+                   help="images for the parity check, as --representative (a data source's test split); class "
+                   "folders and data sources add accuracy. Default: the model's own test data when it can be "
+                   "read, else random pixels")
     p.add_argument("--max-samples", type=int, default=1000, metavar="N",
                    help="check parity on at most N samples, a random subset (default 1000)")
     p.add_argument("--attention", action="store_true", help="also output every block's attention maps")

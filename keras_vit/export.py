@@ -210,32 +210,78 @@ def _folder_files(folder, class_names, classes, labelled):
 
 
 def _check_pixels(images, what):
+    """uint8 pixels from pixels in 0-255, or from model inputs in [-1, 1] (a training pipeline's output)."""
     images = np.asarray(images)
     if images.ndim != 4 or images.shape[-1] != 3:
         raise ValueError(f"{what} must be RGB images (N, height, width, 3); got shape {images.shape}.")
     if images.dtype != np.uint8:
         lo, hi = float(np.min(images)), float(np.max(images))
-        if lo < 0 and hi <= 1.0:
+        if lo < 0 and lo >= -1.0 - 1e-3 and hi <= 1.0 + 1e-3:
+            log.info("%s are in [-1, 1], preprocessed: mapped back to pixels", what)
+            images = (images.astype("float32") + 1.0) * 127.5
+        elif lo >= 0 and hi <= 1.0:
             raise ValueError(
-                f"{what} look preprocessed (values in [{lo:.2f}, {hi:.2f}]); give raw pixels in 0-255, "
-                "exports do the preprocessing themselves."
+                f"{what} have values in [{lo:.2f}, {hi:.2f}]: scaled to [0, 1]? Give pixels in 0-255 "
+                "(or model inputs in [-1, 1])."
             )
-        if lo < 0 or hi > 255:
+        elif lo < 0 or hi > 255:
             raise ValueError(f"{what} have values in [{lo:.1f}, {hi:.1f}]; expected pixels in 0-255.")
-        images = np.round(images).astype("uint8")
+        images = np.clip(np.round(images), 0, 255).astype("uint8")
     return images
 
 
-def load_image_set(source, image_size, *, class_names=None, classes=None, labelled=True, max_images=None,
-                   seed=0, what="images"):
+def _split_labels(split, class_names, classes, what):
+    """A data.Split's labels as indices of the model's classes (matched by name)."""
+    if class_names is None or list(split.class_names) == list(class_names):
+        if classes is not None and len(split.class_names) > classes:
+            raise ValueError(f"{what}: {split.origin} has {len(split.class_names)} classes, the model {classes}.")
+        return np.asarray(split.labels)
+    index = {name: i for i, name in enumerate(class_names)}
+    unknown = [c for c in split.class_names if c not in index]
+    if unknown:
+        raise ValueError(f"{what}: classes {', '.join(unknown)} of {split.origin} are not classes of the model "
+                         f"({', '.join(class_names)}).")
+    return np.asarray([index[c] for c in split.class_names])[np.asarray(split.labels)]
+
+
+def _data_split(spec, split, what):
+    """A split of a keras_vit.data source: an archive (.tgz/.tar), `root/<split>/<class>/` folders,
+    "digits" or "tfds:NAME"."""
+    from keras_vit import data
+
+    log.info("reading the %s split of %s for the %s", split, spec, what)
+    try:
+        splits = data.load_data(spec, (split,))
+    except (ValueError, OSError) as e:
+        raise ValueError(f"{what}: cannot read the {split} split of {spec}: {e}") from None
+    if split not in splits:
+        raise ValueError(f"{what}: {spec} has no {split!r} split (it has {', '.join(splits)}).")
+    return splits[split]
+
+
+def _is_data_spec(path, split):
+    if os.path.isdir(path):
+        return os.path.isdir(os.path.join(path, split))
+    if os.path.isfile(path):
+        return path.lower().endswith((".tgz", ".tar", ".tar.gz"))
+    return path == "digits" or path.startswith("tfds:")
+
+
+def load_image_set(source, image_size, *, class_names=None, classes=None, labelled=True, split="test",
+                   max_images=None, seed=0, what="images"):
     """Images for parity checks and calibration, as uint8 at `image_size`, with labels if known.
 
-    `source`: a folder (of images, or of one subfolder of images per class, named as the
-    model's class_names; with `labelled=False` the names are not checked), a list of image
-    files, an array (N, H, W, 3) of pixels in 0-255, a pair (images, labels), or a
-    tf.data.Dataset of images or (images, labels), batched or not. Folders are shuffled
-    (with `seed`) before `max_images` are taken, since class folders list their files in
-    class order.
+    `source` is one of:
+    - a folder of images, or of one subfolder of images per class, named as the model's
+      class_names (with `labelled=False` the names are not checked);
+    - a data source of `keras_vit.data` (a training recipe's `data`): a `.tgz`/`.tar` of
+      `<split>/<class>/` images, a folder `root/<split>/<class>/`, "digits" or
+      "tfds:NAME", of which `split` is read; or a `keras_vit.data.Split`;
+    - a list of image files; an array (N, H, W, 3) of pixels in 0-255, or a pair
+      (images, labels); a tf.data.Dataset of images or (images, labels), batched or not.
+    Arrays and datasets in [-1, 1] (a training pipeline's output) are mapped back to
+    pixels. A larger set is shuffled (with `seed`) before `max_images` are taken, since
+    class folders list their files in class order.
 
     Returns (images, labels or None, a description of the source).
     """
@@ -243,7 +289,16 @@ def load_image_set(source, image_size, *, class_names=None, classes=None, labell
 
     rng = np.random.default_rng(seed)
     labels = None
-    if isinstance(source, (str, os.PathLike)) or (
+    if isinstance(source, (str, os.PathLike)) and _is_data_spec(os.fspath(source), split):
+        source = _data_split(os.fspath(source), split, what)
+    if all(hasattr(source, a) for a in ("images", "labels", "class_names", "origin")):  # a keras_vit.data.Split
+        labels = _split_labels(source, class_names, classes, what) if labelled else None
+        images, description = np.asarray(source.images), str(source.origin)
+        if max_images and len(images) > max_images:
+            keep = rng.permutation(len(images))[:max_images]
+            images, labels = images[keep], None if labels is None else labels[keep]
+        description += f" ({len(images)} images{', labelled' if labels is not None else ''})"
+    elif isinstance(source, (str, os.PathLike)) or (
             isinstance(source, (list, tuple)) and source and isinstance(source[0], (str, os.PathLike))):
         if isinstance(source, (str, os.PathLike)):
             folder = os.fspath(source)
@@ -264,7 +319,7 @@ def load_image_set(source, image_size, *, class_names=None, classes=None, labell
         images = np.stack([load_image(files[i], size=image_size) for i in order])
         labels = None if labels is None else np.asarray(labels)[order]
         return images, labels, description
-    if isinstance(source, tf.data.Dataset):
+    elif isinstance(source, tf.data.Dataset):
         batches, label_batches = [], []
         count = 0
         for element in source:
@@ -273,7 +328,7 @@ def load_image_set(source, image_size, *, class_names=None, classes=None, labell
             if x.ndim == 3:  # an unbatched dataset
                 x, y = x[None], None if y is None else y[None]
             batches.append(x)
-            if y is not None:  # class indices, or one-hot / probabilities
+            if y is not None:  # class indices, or one-hot / mixed labels
                 label_batches.append(y.argmax(-1) if y.ndim == 2 else y.reshape(len(x)))
             count += len(x)
             if max_images and count >= max_images:
@@ -281,13 +336,13 @@ def load_image_set(source, image_size, *, class_names=None, classes=None, labell
         if not batches:
             raise ValueError(f"{what}: the dataset is empty.")
         images = np.concatenate(batches)[:max_images]
-        if label_batches:
+        if label_batches and labelled:
             labels = np.concatenate(label_batches)[:max_images]
         description = f"a tf.data.Dataset ({len(images)} images)"
     else:
         if isinstance(source, tuple) and len(source) == 2:
             source, labels = source
-            labels = np.asarray(labels).reshape(-1)
+            labels = np.asarray(labels).reshape(-1) if labelled else None
         images = np.asarray(source)
         if labels is not None and len(labels) != len(images):
             raise ValueError(f"{what}: {len(images)} images but {len(labels)} labels.")
@@ -299,6 +354,29 @@ def load_image_set(source, image_size, *, class_names=None, classes=None, labell
     if len(images) == 0:
         raise ValueError(f"{what}: no images.")
     return resize_images(images, image_size), labels, description
+
+
+def recipe_data(model_path):
+    """The data source and splits a model was trained on, from the `metrics.json` that
+    `keras-vit train` writes beside `model.keras`; None when there is none.
+
+    Returns {"data": spec, "train_split": ..., "test_split": ...}.
+    """
+    if not isinstance(model_path, (str, os.PathLike)):
+        return None
+    metrics = os.path.join(os.path.dirname(os.path.abspath(os.fspath(model_path))), "metrics.json")
+    if not os.path.isfile(metrics):
+        return None
+    try:
+        with open(metrics, encoding="utf-8") as f:
+            config = json.load(f).get("config") or {}
+    except (OSError, ValueError, AttributeError) as e:
+        log.info("cannot read %s (%s): no default data for the export", metrics, e)
+        return None
+    if not isinstance(config.get("data"), str):
+        return None
+    return {"data": config["data"], "train_split": config.get("train_split", "train"),
+            "test_split": config.get("test_split", "test"), "metrics": metrics}
 
 
 # ---------------------------------------------------------------------------------------
@@ -654,11 +732,15 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
         quantize: TFLite only: None (float32), "float16", "dynamic" (int8 weights) or
             "int8" (int8 weights and activations, calibrated on `representative_images`).
         attention: also output each block's attention maps.
-        representative_images: calibration images for int8: a folder, image files, an
-            array of pixels in 0-255 or a tf.data.Dataset (see `load_image_set`).
-        samples: images for the parity check, in the same forms; a folder of class
-            folders (or (images, labels)) adds accuracy. Default: 32 images of random
-            pixels, labelled as such in the report.
+        representative_images: calibration images for int8: a folder, a data source of
+            `keras_vit.data` (its "train" split), image files, an array or a
+            tf.data.Dataset (see `load_image_set`). Default: the training split of the
+            model's own data, named in the `metrics.json` that `keras-vit train` writes
+            beside `model.keras`.
+        samples: images for the parity check, in the same forms (a data source's "test"
+            split); labelled ones (class folders, data sources, (images, labels)) add
+            accuracy. Default: the model's own test split (as above) when it can be read,
+            else 32 images of random pixels, labelled as such in the report.
         max_samples: at most this many samples (a random subset of a larger folder).
         calibration_images: at most this many representative images.
         overwrite: replace an existing export (and its JSON).
@@ -677,8 +759,10 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
         raise ValueError(f"Unknown quantization {quantize!r}; use one of {QUANTIZATIONS}.")
     if quantize and format != "tflite":
         raise ValueError(f"quantization ({quantize}) applies to TFLite exports only, not {format}.")
-    if quantize == "int8" and representative_images is None:
-        raise ValueError("int8 quantization needs representative images to calibrate on (--representative DIR).")
+    recipe = recipe_data(model)
+    if quantize == "int8" and representative_images is None and recipe is None:
+        raise ValueError("int8 quantization needs representative images to calibrate on (--representative IMAGES); "
+                         "a model without the metrics.json of `keras-vit train` beside it has no data of its own.")
     if format == "tflite":
         _litert_interpreter()
     meta_path = metadata_path(path)
@@ -695,20 +779,38 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
     image_size = graph.image_size
 
     class_names = getattr(model, "class_names", None)
-    if samples is None:
+    sample_split, calibration_split = "test", "train"
+    if recipe is not None:
+        sample_split, calibration_split = recipe["test_split"], recipe["train_split"]
+    sample_images = None
+    if samples is not None:
+        sample_images, labels, sample_source = load_image_set(
+            samples, image_size, class_names=class_names, classes=model.classes, split=sample_split,
+            max_images=max_samples, seed=seed, what="samples")
+    elif recipe is not None:
+        # The model's own test data, as its recipe (metrics.json) names it, when it can be read here.
+        log.info("samples: the %s split of %s, the model's data (%s)", sample_split, recipe["data"],
+                 recipe["metrics"])
+        try:
+            sample_images, labels, sample_source = load_image_set(
+                recipe["data"], image_size, class_names=class_names, classes=model.classes, split=sample_split,
+                max_images=max_samples, seed=seed, what="samples")
+        except (ValueError, FileNotFoundError) as e:
+            log.info("cannot read it here (%s)", e)
+    if sample_images is None:
         sample_images = np.random.default_rng(seed).integers(0, 256, (32,) + image_size + (3,), dtype=np.uint8)
         labels, sample_source = None, "32 images of random pixels (no samples given)"
-        log.info("no sample images given: checking parity on random pixels (pass samples, --samples, "
-                 "for real images and accuracy)")
-    else:
-        sample_images, labels, sample_source = load_image_set(
-            samples, image_size, class_names=class_names, classes=model.classes, max_images=max_samples,
-            seed=seed, what="samples")
+        log.info("no sample images: checking parity on random pixels (pass samples, --samples, for real images "
+                 "and accuracy)")
     calibration = None
     if quantize == "int8":
+        if representative_images is None:
+            log.info("representative images: the %s split of %s, the model's training data (%s)",
+                     calibration_split, recipe["data"], recipe["metrics"])
+            representative_images = recipe["data"]
         calibration, _, calibration_source = load_image_set(
-            representative_images, image_size, labelled=False, max_images=calibration_images, seed=seed + 1,
-            what="representative images")
+            representative_images, image_size, labelled=False, split=calibration_split,
+            max_images=calibration_images, seed=seed + 1, what="representative images")
 
     with atomic_path(path, overwrite=overwrite, suffix=".tflite" if format == "tflite" else "") as tmp:
         if format == "saved_model":

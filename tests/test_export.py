@@ -8,6 +8,7 @@ Most tests use a tiny ViT trained for a few seconds on scikit-learn's handwritte
 import json
 import logging
 import os
+import pathlib
 import tarfile
 
 import keras
@@ -17,13 +18,15 @@ import tensorflow as tf
 
 import keras_vit
 from conftest import DATA, ROOT, SHARED, randomize, tiny_vit
+import keras_vit.data
 from keras_vit.cli import main
 from keras_vit.export import export_model, load_classifier, metadata_path
 
 DIGITS = [str(i) for i in range(10)]
 CIFAR10_SAMPLE = DATA / "cifar10_sample"
 CIFAR10_TGZ = SHARED / "data" / "cifar10-jpeg.tgz"
-SHIPPED_CIFAR10 = ROOT / "saved_models" / "vit_cifar10" / "model.keras"
+SHIPPED_CIFAR10 = pathlib.Path(os.environ.get("KERAS_VIT_CIFAR10_MODEL",
+                                              ROOT / "saved_models" / "vit_cifar10" / "model.keras"))
 
 
 def _digits():
@@ -212,11 +215,11 @@ def test_quantized_tflite_agrees_on_real_images(quantize, min_agreement, digits,
 
 
 def test_int8_needs_and_checks_representative_images(digits_model, tmp_path):
-    with pytest.raises(ValueError, match="int8 quantization needs representative images"):
+    with pytest.raises(ValueError, match="int8 quantization needs representative images .* no data of its own"):
         export_model(digits_model, tmp_path / "a.tflite", quantize="int8")
-    preprocessed = np.random.default_rng(0).uniform(-1, 1, (8, 16, 16, 3)).astype("float32")
-    with pytest.raises(ValueError, match=r"representative images look preprocessed"):
-        export_model(digits_model, tmp_path / "a.tflite", quantize="int8", representative_images=preprocessed)
+    unit_range = np.random.default_rng(0).uniform(0, 1, (8, 16, 16, 3)).astype("float32")
+    with pytest.raises(ValueError, match=r"representative images have values in \[0\.00, 1\.00\]: scaled to \[0, 1\]"):
+        export_model(digits_model, tmp_path / "a.tflite", quantize="int8", representative_images=unit_range)
     folder = tmp_path / "calibration"
     folder.mkdir()
     (folder / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")
@@ -324,6 +327,68 @@ def test_bad_models_are_refused(digits_model, tmp_path):
     with pytest.raises(FileNotFoundError, match=r"missing\.keras does not exist"):
         export_model(tmp_path / "missing.keras", tmp_path / "m.tflite")
     assert os.listdir(tmp_path) == []
+
+
+def test_image_sets_from_data_pipelines(digits, tmp_path):
+    from keras_vit import data
+    from keras_vit.export import load_image_set
+
+    x, y = digits["test"]
+    # A training pipeline's output: images in [-1, 1], one-hot labels, batched.
+    split = data.from_arrays(x[:50], y[:50], DIGITS, origin="digits test")
+    pipeline = data.make_dataset(split, 16, 16, training=False)
+    images, labels, source = load_image_set(pipeline, (16, 16))
+    assert images.dtype == np.uint8 and np.max(np.abs(images.astype(int) - x[:50])) <= 1
+    assert np.array_equal(labels, y[:50]) and source == "a tf.data.Dataset (50 images)"
+    # A data.Split whose class order differs from the model's: labels follow the names.
+    reversed_names = DIGITS[::-1]
+    flipped = data.from_arrays(x[:20], 9 - y[:20], reversed_names, origin="flipped")
+    _, labels, _ = load_image_set(flipped, (16, 16), class_names=DIGITS, max_images=20)
+    assert np.array_equal(labels, y[:20])
+    with pytest.raises(ValueError, match="classes ten of odd are not classes of the model"):
+        load_image_set(data.from_arrays(x[:2], [0, 1], ["0", "ten"], origin="odd"), (16, 16), class_names=DIGITS)
+    # An archive of split/class folders, as recipes name their data: the requested split is read.
+    root = tmp_path / "set"
+    for i in range(12):
+        _write_image(root / ("train" if i < 8 else "test") / str(y[i]) / f"{i}.png", x[i])
+    archive = tmp_path / "set.tgz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(root, arcname="set")
+    images, labels, source = load_image_set(str(archive), (16, 16), class_names=DIGITS, split="test")
+    assert len(images) == 4 and sorted(labels) == sorted(y[8:12]) and source.startswith(f"{archive}:test")
+    images, labels, _ = load_image_set(str(root), (32, 32), class_names=DIGITS, split="train", labelled=False)
+    assert images.shape == (8, 32, 32, 3) and labels is None
+    images, labels, _ = load_image_set("digits", (16, 16), class_names=DIGITS, split="test", max_images=30)
+    assert images.shape == (30, 16, 16, 3) and labels.shape == (30,)
+
+
+def test_int8_calibrates_and_checks_on_the_models_own_data(digits_model, tmp_path, keras_vit_log):
+    """A model dir of `keras-vit train` names its data in metrics.json: export uses it by default."""
+    model_dir = tmp_path / "vit_digits"
+    model_dir.mkdir()
+    with open(digits_model, "rb") as f:
+        (model_dir / "model.keras").write_bytes(f.read())
+    config = {"data": "digits", "train_split": "train", "test_split": "test", "image_size": 8}
+    (model_dir / "metrics.json").write_text(json.dumps({"test_accuracy": 0.9, "config": config}))
+    metadata = export_model(model_dir / "model.keras", tmp_path / "own.tflite", quantize="int8")
+    assert metadata["calibration"] == {"images": 200, "source": "sklearn digits [train] (200 images)"}
+    report = metadata["parity"]
+    test_size = len(keras_vit.data.load_digits()["test"])
+    assert report["sample_source"] == f"sklearn digits [test] ({test_size} images, labelled)"
+    assert report["samples"] == test_size > 300
+    assert report["top1_agreement"] >= 0.95 and report["export_accuracy"] >= report["keras_accuracy"] - 0.03
+    assert report["keras_accuracy"] > 0.8
+    assert any("the model's training data" in m and "metrics.json" in m for m in keras_vit_log)
+
+    # Data that cannot be read here: parity falls back to random pixels, int8 names what is missing.
+    config["data"] = str(tmp_path / "gone" / "cifar10-jpeg.tgz")
+    (model_dir / "metrics.json").write_text(json.dumps({"config": config}))
+    metadata = export_model(model_dir / "model.keras", tmp_path / "fallback.tflite")
+    assert metadata["parity"]["sample_source"].startswith("32 images of random pixels")
+    with pytest.raises(FileNotFoundError, match=r"representative images: .*gone/cifar10-jpeg\.tgz does not exist"):
+        export_model(model_dir / "model.keras", tmp_path / "int8.tflite", quantize="int8")
+    assert sorted(os.listdir(tmp_path)) == ["fallback.tflite", "fallback.tflite.json", "own.tflite",
+                                            "own.tflite.json", "vit_digits"]
 
 
 def _write_image(path, array):
@@ -439,27 +504,18 @@ def test_predict_on_real_photos_of_another_size(exports, capfd):
     assert len(capfd.readouterr().out.strip().splitlines()) == 2
 
 
-def _cifar10_test_folder(tmp_path_factory):
-    if not CIFAR10_TGZ.exists():
-        pytest.skip(f"the CIFAR-10 JPEGs are not at {CIFAR10_TGZ} (they are in CI's ../shared, not in a clone)")
-    root = tmp_path_factory.mktemp("cifar10")
-    with tarfile.open(CIFAR10_TGZ) as archive:
-        members = [m for m in archive.getmembers() if m.isfile() and m.name.startswith(("test/", "train/"))]
-        archive.extractall(root, members=members, filter="data")
-    return root
-
-
 @pytest.mark.slow
-def test_shipped_cifar10_model_int8_on_the_test_set(tmp_path_factory, tmp_path):
+def test_shipped_cifar10_model_int8_on_the_test_set(tmp_path):
     if not SHIPPED_CIFAR10.exists():
         pytest.skip(f"the shipped CIFAR-10 model {SHIPPED_CIFAR10} is not there yet (trained by its recipe)")
-    root = _cifar10_test_folder(tmp_path_factory)
+    if not CIFAR10_TGZ.exists():
+        pytest.skip(f"the CIFAR-10 JPEGs are not at {CIFAR10_TGZ} (they are in CI's ../shared, not in a clone)")
     metadata = export_model(SHIPPED_CIFAR10, tmp_path / "vit_cifar10.tflite", quantize="int8",
-                            representative_images=root / "train", samples=root / "test", max_samples=10000)
+                            representative_images=CIFAR10_TGZ, samples=CIFAR10_TGZ, max_samples=10000)
     report = metadata["parity"]
     assert report["samples"] == 10000 and report["labelled"]
+    assert metadata["calibration"]["source"].startswith(f"{CIFAR10_TGZ}:train")
     # Post-training int8 costs a ViT some agreement (LayerNorm, GELU and softmax activations); a broken
     # quantization falls to chance. Measured on a weak stand-in (47% accurate): 93.2%, -0.9 points.
     assert report["top1_agreement"] >= 0.90
     assert report["export_accuracy"] >= report["keras_accuracy"] - 0.03
-    assert set(metadata["class_names"]) == set(os.listdir(root / "test"))
