@@ -284,6 +284,10 @@ def load_image_set(source, image_size, *, class_names=None, classes=None, labell
     class folders list their files in class order.
 
     Returns (images, labels or None, a description of the source).
+
+    Example:
+    >>> images, labels, source = load_image_set("../shared/data/cifar10-jpeg.tgz", (32, 32),
+    ...                                         class_names=model.class_names, max_images=500)
     """
     import tensorflow as tf
 
@@ -356,7 +360,7 @@ def load_image_set(source, image_size, *, class_names=None, classes=None, labell
     return resize_images(images, image_size), labels, description
 
 
-def recipe_data(model_path):
+def _recipe_data(model_path):
     """The data source and splits a model was trained on, from the `metrics.json` that
     `keras-vit train` writes beside `model.keras`; None when there is none.
 
@@ -410,6 +414,8 @@ class Classifier:
             images = images[None]
         if images.ndim != 4 or images.shape[-1] != 3 or images.dtype != np.uint8:
             raise ValueError(f"{self.path} takes uint8 RGB images (N, H, W, 3); got {images.dtype} {images.shape}.")
+        if len(images) == 0:
+            raise ValueError(f"{self.path}: no images to classify (a batch of 0).")
         if self.fixed_size:
             images = resize_images(images, self.image_size)
         outputs = [self._run(images[i:i + batch_size]) for i in range(0, len(images), batch_size)]
@@ -759,7 +765,7 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
         raise ValueError(f"Unknown quantization {quantize!r}; use one of {QUANTIZATIONS}.")
     if quantize and format != "tflite":
         raise ValueError(f"quantization ({quantize}) applies to TFLite exports only, not {format}.")
-    recipe = recipe_data(model)
+    recipe = _recipe_data(model)
     if quantize == "int8" and representative_images is None and recipe is None:
         raise ValueError("int8 quantization needs representative images to calibrate on (--representative IMAGES); "
                          "a model without the metrics.json of `keras-vit train` beside it has no data of its own.")
