@@ -38,6 +38,12 @@ from keras_vit.models import (  # noqa: E402
 )
 from keras_vit.posemb import resample_position_embeddings, with_image_size  # noqa: E402
 from keras_vit.checkpoints import load_official_npz, save_official_npz  # noqa: E402
-from keras_vit.applications import preprocess_input  # noqa: E402
+from keras_vit.applications import (  # noqa: E402
+    decode_predictions,
+    imagenet_class_names,
+    load_image,
+    preprocess_input,
+)
+from keras_vit.export import export_model, load_classifier  # noqa: E402
 
 __version__ = "0.1.0"

