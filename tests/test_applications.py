@@ -36,7 +36,7 @@ def test_imagenet_class_names_are_shipped_with_their_license():
     names = keras_vit.imagenet_class_names()
     assert len(names) == 1000
     assert names[0] == "tench" and names[1] == "goldfish" and names[281] == "tabby cat" and names[999] == "toilet paper"
-    data = os.path.join(os.path.dirname(keras_vit.__file__), "data")
+    data = os.path.join(os.path.dirname(keras_vit.__file__), "resources")
     with open(os.path.join(data, "imagenet_classes.json")) as f:
         shipped = json.load(f)
     wnids = [wnid for wnid, _ in shipped["classes"]]
