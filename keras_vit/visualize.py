@@ -407,35 +407,19 @@ def load_images(paths, image_size):
     """Reads image files (JPEG, PNG, GIF, BMP) and resizes them to `image_size`.
 
     Returns uint8 RGB pixels (B, H, W, 3); scale them with `keras_vit.preprocess_input`.
-    Errors name the file: a missing file raises FileNotFoundError, a file that is not
-    a decodable image ValueError.
+    Reads each file with `keras_vit.applications.load_image` (grayscale and RGBA become
+    RGB; errors name the file).
 
     Example:
     >>> pixels = load_images(["cat.jpg"], model.image_size)
     >>> maps = attention_rollout(model, keras_vit.preprocess_input(pixels))
     """
-    import tensorflow as tf
+    from keras_vit.applications import load_image
 
-    from keras_vit.layers import _pair
-
-    size = _pair(image_size, "image_size")
-    out = []
-    for path in paths:
-        path = os.fspath(path)
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"image {path} does not exist.")
-        try:
-            image = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
-        except (tf.errors.InvalidArgumentError, tf.errors.UnknownError, ValueError) as e:
-            message = str(getattr(e, "message", e)).strip().splitlines()[0]
-            raise ValueError(f"{path} is not an image TensorFlow can decode (JPEG, PNG, GIF, BMP): {message}") from None
-        if tuple(image.shape[:2]) != size:
-            image = tf.image.resize(image, size, method="bilinear", antialias=True)
-            image = tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
-        out.append(image.numpy())
-    if not out:
+    paths = list(paths)
+    if not paths:
         raise ValueError("no images given.")
-    return np.stack(out)
+    return np.stack([load_image(path, image_size) for path in paths])
 
 
 def load_model(path):
