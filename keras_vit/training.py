@@ -33,14 +33,15 @@ DEFAULTS = {
     "validation_split": 0.1,  # fraction of train held out (stratified) to pick the best model; 0: none
     "max_train_examples": None,  # a seeded random subset, for quick runs
     "image_size": 32,
-    # model: VisionTransformer arguments; `variant` ("B/16", ...) gives the sizes
+    # model: VisionTransformer arguments; `variant` ("B/16", ...) gives the sizes. None means
+    # the variant's value, or VisionTransformer's default without a variant.
     "model": {
         "variant": None,
-        "patch_size": 4,
-        "hidden_size": 192,
-        "num_layers": 6,
-        "num_heads": 3,
-        "mlp_dim": 384,
+        "patch_size": None,
+        "hidden_size": None,
+        "num_layers": None,
+        "num_heads": None,
+        "mlp_dim": None,
         "classifier": "token",
         "representation_size": None,
         "resnet": None,

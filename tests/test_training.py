@@ -185,3 +185,35 @@ def test_digits_recipe_reaches_95_percent(tmp_path):
     for name in ("model.keras", "best.keras", "history.csv", "logs"):
         assert (tmp_path / name).exists(), name
     assert "done: 40 epochs, test accuracy" in result.stdout
+
+
+def test_finetune_recipe_from_an_official_checkpoint_at_a_higher_resolution(tmp_path):
+    """The paper's fine-tuning path end to end, at toy scale: official .npz at 32px -> a 48px model."""
+    import keras_vit
+    from conftest import randomize
+
+    source = randomize(keras_vit.ViTTi16(input_shape=(32, 32, 3), classes=21, classifier_activation=None,
+                                         representation_size=192))
+    ckpt = keras_vit.save_official_npz(source, tmp_path / "Ti_16.npz")
+    result = _cli("train", str(ROOT / "recipes" / "finetune.py"), "--set", f"init_checkpoint={ckpt}",
+                  "--set", "model.variant=Ti/16", "--set", "data=digits", "--set", "image_size=48",
+                  "--set", "batch_size=16", "--set", "epochs=1", "--set", "steps_per_epoch=3",
+                  "--set", "warmup_steps=1", "--set", "validation_split=0.1", "--model-dir", str(tmp_path / "ft"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "resampled: position embeddings 2x2 -> 3x3 (official)" in result.stderr
+    assert "dropped: pre_logits" in result.stderr and "kept: head/kernel" in result.stderr
+    metrics = _metrics(tmp_path / "ft")
+    assert metrics["config"]["optimizer"] == "sgd" and metrics["epochs_completed"] == 1
+    model = keras.models.load_model(tmp_path / "ft" / "model.keras")
+    np.testing.assert_array_equal(model.get_layer("encoderblock_11").get_weights()[0] != 0, True)
+
+
+def test_pretrain_recipe_runs_at_toy_scale(tmp_path):
+    result = _cli("train", str(ROOT / "recipes" / "pretrain_imagenet21k.py"), "--set", "data=digits",
+                  "--set", "test_split=test", "--set", "model.variant=Ti/16", "--set", "image_size=16",
+                  "--set", "model.patch_size=4", "--set", "batch_size=16", "--set", "epochs=1",
+                  "--set", "steps_per_epoch=3", "--set", "warmup_steps=1", "--model-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = _metrics(tmp_path)
+    assert (metrics["config"]["optimizer"], metrics["config"]["schedule"]) == ("adamw", "linear")
+    assert metrics["config"]["model"]["dropout_rate"] == 0.1
