@@ -25,7 +25,7 @@ def get_config():
         weight_decay=0.05,
         schedule="cosine",
         warmup_epochs=1,
-        epochs=30,
+        epochs=50,
         batch_size=128,
         validation_split=0.05,  # 2,500 training images pick the best epoch
         precision="mixed_bfloat16",
