@@ -168,7 +168,17 @@ def speed_part(args, task, variant, batch, rounds, workdir):
     specs.append(("keras-hub", peer_python(args.venvs, "keras-hub"), None, ["float32", "bfloat16"]))
     if task == "infer" or args.train_timm:
         specs.append(("timm", peer_python(args.venvs, "timm"), None, ["float32", "bfloat16"]))
-    times, info, loads = interleaved(specs, task, variant, batch, rounds)
+    if task == "infer":
+        times, info, loads = interleaved(specs, task, variant, batch, rounds)
+    else:  # one group per precision: a training process holds about 3 GB per model (batch 32)
+        times, info, loads = {}, {}, []
+        for precision in ("float32", "bfloat16"):
+            t, i, l = interleaved([s[:3] + ([precision],) for s in specs], task, variant, batch, rounds)
+            for label in t:
+                times.setdefault(label, {}).update(t[label])
+                info.setdefault(label, {"ready": {}, "versions": i[label]["versions"]})
+                info[label]["ready"].update(i[label]["ready"])
+            loads += l
     rates = {label: {p: batch / median(ts) for p, ts in per.items()} for label, per in times.items()}
     return {"variant": variant, "batch": batch, "rounds": rounds, "task": task, "img_per_s": rates,
             "times_s": times, "info": info, "load_during": [round(v, 2) for v in loads],
@@ -310,9 +320,10 @@ def environment(args):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    p.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS)
+    p.add_argument("--parts", nargs="*", default=list(PARTS), choices=PARTS,
+                   help="parts to run (none: only rewrite RESULTS.md from results.json)")
     p.add_argument("--rounds", type=int, default=7, help="interleaved rounds for inference (default 7)")
-    p.add_argument("--train-rounds", type=int, default=5, help="interleaved rounds for training (default 5)")
+    p.add_argument("--train-rounds", type=int, default=4, help="interleaved rounds for training (default 4)")
     p.add_argument("--train-timm", action="store_true", help="also time timm's training step")
     p.add_argument("--venvs", default=os.environ.get("KERAS_VIT_BENCH_VENVS", "/work/bench-venvs"))
     p.add_argument("--baseline", default=DEFAULT_BASELINE,
@@ -334,18 +345,13 @@ def main(argv=None):
     try:
         for part in args.parts:
             t0 = time.perf_counter()
-            if part == "inference":
-                results[part] = speed_part(args, "infer", "B/16", 8, args.rounds, workdir)
-            elif part == "training":
-                results[part] = speed_part(args, "train", "S/16", 32, args.train_rounds, workdir)
-            elif part == "tflite":
-                results[part] = json_part("tflite_bench.py")
-            elif part == "memory":
-                results[part] = json_part("memory.py")
-            elif part == "agreement":
-                results[part] = json_part("agreement.py")
-            elif part == "profile":
-                results[part] = run_script("profile_block.py", "--rounds", "7").strip()
+            try:
+                run_part(part, args, results, workdir)
+            except Exception as e:  # noqa: BLE001 - one failed part must not lose the others
+                log(f"{part} FAILED: {e!r}")
+                results.setdefault("failed", {})[part] = repr(e)
+                continue
+            results.get("failed", {}).pop(part, None)
             results["commands"][part] = command
             log(f"{part} done in {time.perf_counter() - t0:.0f} s")
             versions = {}
@@ -364,7 +370,22 @@ def main(argv=None):
     with open(args.out, "w") as f:
         f.write(render(results, command) + "\n")
     log(f"wrote {args.out}")
-    return 0
+    return 1 if results.get("failed") else 0
+
+
+def run_part(part, args, results, workdir):
+    if part == "inference":
+        results[part] = speed_part(args, "infer", "B/16", 8, args.rounds, workdir)
+    elif part == "training":
+        results[part] = speed_part(args, "train", "S/16", 32, args.train_rounds, workdir)
+    elif part == "tflite":
+        results[part] = json_part("tflite_bench.py")
+    elif part == "memory":
+        results[part] = json_part("memory.py")
+    elif part == "agreement":
+        results[part] = json_part("agreement.py")
+    elif part == "profile":
+        results[part] = run_script("profile_block.py", "--rounds", "7").strip()
 
 
 if __name__ == "__main__":

@@ -212,3 +212,17 @@ def test_fused_and_reference_gradients_agree():
     for fused, ref, v in zip(*grads, block.trainable_variables):
         # the key bias's true gradient is 0 (softmax ignores a constant per row): compare on the global scale
         np.testing.assert_allclose(fused, ref, rtol=1e-4, atol=1e-5 * scale, err_msg=v.path)
+
+
+def test_gelu_tanh_value_and_written_out_gradient():
+    import tensorflow as tf
+
+    from keras_vit.layers import gelu_tanh
+
+    x = tf.constant(np.linspace(-6, 6, 241, dtype="float32"))
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        y = gelu_tanh(x)
+        ref = tf.nn.gelu(x, approximate=True)
+    np.testing.assert_allclose(y.numpy(), ref.numpy(), atol=1e-6)
+    np.testing.assert_allclose(tape.gradient(y, x).numpy(), tape.gradient(ref, x).numpy(), atol=1e-5)
