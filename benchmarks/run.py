@@ -267,6 +267,10 @@ def render(results, command):
            "timing are in `results.json` beside this file. Timings interleave the implementations (medians "
            "of alternating rounds), so the ratios are comparable within a run even while other jobs share "
            "the CPU; absolute img/s depend on the load printed beside them.", ""]
+    commands = results.get("commands", {})
+    if len(set(commands.values())) > 1:
+        out += ["Parts and the command that last wrote them: " + "; ".join(
+            f"{part}: `{cmd}`" for part, cmd in commands.items()) + ".", ""]
     out += ["## Machine and versions", ""]
     for k, v in env.items():
         out.append(f"- {k}: {v}")
