@@ -359,8 +359,9 @@ def main(argv=None):
     if os.path.exists(raw):  # a partial run keeps the other parts of the last one
         with open(raw) as f:
             results = json.load(f)
-    results["environment"] = environment(args)
-    results["date"] = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    if args.parts:  # otherwise only RESULTS.md is rewritten, from the last runs
+        results["environment"] = {**results.get("environment", {}), **environment(args)}
+        results["date"] = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     results.setdefault("commands", {})
     workdir = tempfile.mkdtemp(prefix="keras-vit-bench-")
     try:
@@ -389,7 +390,8 @@ def main(argv=None):
         with open(notes_file) as f:
             results["notes"] = f.read().strip()
     with open(args.out, "w") as f:
-        f.write(render(results, command) + "\n")
+        f.write(render(results, command if args.parts else results.get("commands", {}).get("inference", command))
+                + "\n")
     log(f"wrote {args.out}")
     return 1 if results.get("failed") else 0
 
