@@ -17,7 +17,7 @@ Run it with keras-vit's own Python, from the repository root. Parts:
 
 The peers live in their own virtual environments under `--venvs` (default
 /work/bench-venvs, or $KERAS_VIT_BENCH_VENVS), created when absent: keras-hub pulls a
-full `tensorflow` and tensorflow-text (about 2.4 GB), timm pulls torch (about 3.7 GB with
+full `tensorflow` and tensorflow-text (about 2.4 GB), timm pulls torch (about 5.5 GB with
 its CUDA libraries); a few minutes each from a nearby index. They are reused when present.
 
 Timings interleave the implementations: every implementation keeps its models built in
