@@ -10,6 +10,13 @@ import math
 import keras
 from keras import ops
 
+if keras.backend.backend() == "tensorflow":
+    import tensorflow as _TF
+else:
+    _TF = None
+
+ATTENTION_IMPLEMENTATIONS = ("auto", "matmul", "dot_product_attention")
+
 _register = keras.saving.register_keras_serializable(package="keras_vit")
 
 
@@ -25,6 +32,29 @@ def _pair(value, what):
     if len(pair) != 2 or min(pair) < 1:
         raise ValueError(f"{what} must be a positive int or a pair (h, w), got {value!r}.")
     return pair
+
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+@ops.custom_gradient
+def gelu_tanh(x):
+    """GELU in its tanh form, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as jax.nn.gelu.
+
+    x^3 is x * x * x (TensorFlow's own tf.nn.gelu uses the slower pow). The gradient is
+    written out, reusing the forward tanh: about half the elementwise passes of autodiff
+    through the formula, which matters in training, where the MLP's (B*T, mlp_dim)
+    activations make GELU one of the larger memory-bound pieces.
+    """
+    c, a = _SQRT_2_OVER_PI, 0.044715
+    t = ops.tanh(c * (x + a * (x * x * x)))
+
+    def grad(*args, upstream=None):
+        if upstream is None:
+            (upstream,) = args
+        return upstream * (0.5 * (1.0 + t) + (0.5 * x) * (1.0 - t * t) * (c + (3.0 * c * a) * (x * x)))
+
+    return 0.5 * x * (1.0 + t), grad
 
 
 def grid_size(image_size, patch_size, what="image_size"):
@@ -183,6 +213,16 @@ class TransformerBlock(keras.layers.Layer):
     Call with `return_attention_scores=True` to also get the attention probabilities
     (B, heads, T, T), in float32.
 
+    `attention_implementation` chooses how softmax(Q K^T / sqrt(head_dim)) V is computed:
+    "matmul" (two batched matmuls around a float32 softmax), "dot_product_attention"
+    (`keras.ops.dot_product_attention`: fused kernels on JAX and PyTorch, e.g. cuDNN or
+    flash attention on GPUs; on TensorFlow the same einsums as "matmul") or "auto" (the
+    default: "matmul" on TensorFlow, where it is the faster, "dot_product_attention"
+    elsewhere). The fused path never gives attention probabilities, so calls with
+    `return_attention_scores=True` or with attention dropout while training use "matmul".
+    The choice changes no variable, only the arithmetic's order (float32 results agree to
+    about 1e-6).
+
     Example:
     >>> block = TransformerBlock(num_heads=3, mlp_dim=768)
     >>> y, attn = block(keras.ops.zeros((2, 197, 192)), return_attention_scores=True)
@@ -199,9 +239,14 @@ class TransformerBlock(keras.layers.Layer):
         drop_path_rate=0.0,
         approximate_gelu=True,
         layer_norm_epsilon=1e-6,
+        attention_implementation="auto",
         **kwargs,
     ):
         super().__init__(**kwargs)
+        if attention_implementation not in ATTENTION_IMPLEMENTATIONS:
+            raise ValueError(f"attention_implementation must be one of {ATTENTION_IMPLEMENTATIONS}, "
+                             f"got {attention_implementation!r}.")
+        self.attention_implementation = attention_implementation
         self.num_heads = int(num_heads)
         self.mlp_dim = int(mlp_dim)
         self.dropout_rate = float(dropout_rate)
@@ -240,27 +285,95 @@ class TransformerBlock(keras.layers.Layer):
             layer.build(input_shape)
         self.mlp_dense2.build(input_shape[:-1] + (self.mlp_dim,))
 
-    def _split_heads(self, x):
-        x = ops.reshape(x, (ops.shape(x)[0], -1, self.num_heads, self.head_dim))
-        return ops.transpose(x, (0, 2, 1, 3))
+    # -- the forward pass ------------------------------------------------------------------
+    # Two formulations of the same numbers. The fused one (the default) works on the tokens
+    # as one (B*T, D) matrix: a single query/key/value matmul against the three kernels
+    # side by side, the 1/sqrt(head_dim) scale folded into the query kernel, 2-D matmuls
+    # whose bias adds TensorFlow's grappler fuses into them, and the tanh GELU as
+    # x * x * x rather than TensorFlow's pow(x, 3) (jax.nn.gelu's own formulation). The
+    # reference one calls the Dense sublayers one by one; it serves quantized or otherwise
+    # replaced Dense layers. Both read the same variables.
 
-    def _self_attention(self, x, training):
-        q = self._split_heads(self.query(x) * ops.cast(1.0 / math.sqrt(self.head_dim), x.dtype))
-        k = self._split_heads(self.key(x))
-        v = self._split_heads(self.value(x))
+    _reference = False  # benchmarks set it to time the reference formulation
+
+    def _fusable(self):
+        layers = (self.query, self.key, self.value, self.out, self.mlp_dense1, self.mlp_dense2)
+        return not self._reference and all(getattr(layer, "quantization_mode", None) is None for layer in layers)
+
+    def _dense(self, x, layer, kernel=None, bias=None):
+        """x (N, in) @ kernel + bias as one 2-D matmul, in the compute dtype."""
+        dtype = self.compute_dtype
+        kernel = layer.kernel if kernel is None else kernel
+        bias = layer.bias if bias is None else bias
+        y = ops.matmul(x, ops.cast(kernel, dtype))
+        if _TF is not None:
+            return _TF.nn.bias_add(y, ops.cast(bias, dtype))
+        return y + ops.cast(bias, dtype)
+
+    def _gelu(self, x):
+        if not self.approximate_gelu:
+            return keras.activations.gelu(x, approximate=False)
+        return gelu_tanh(x)
+
+    def _use_dot_product_attention(self, training, return_probs):
+        impl = self.attention_implementation
+        if impl == "auto":
+            impl = "matmul" if keras.backend.backend() == "tensorflow" else "dot_product_attention"
+        return impl == "dot_product_attention" and not return_probs and not (
+            training and self.attention_dropout_rate)
+
+    def _matmul_attention(self, q, k, v, training):
+        """q (already scaled), k, v (B, heads, T, head_dim) -> (B, heads, T, head_dim), float32 probs."""
         logits = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))
         probs = ops.softmax(ops.cast(logits, "float32"), axis=-1)
-        weights = self.attention_dropout(ops.cast(probs, x.dtype), training=training)
-        y = ops.matmul(weights, v)
-        y = ops.reshape(ops.transpose(y, (0, 2, 1, 3)), (ops.shape(x)[0], -1, self.hidden_size))
-        return self.out(y), probs
+        weights = self.attention_dropout(ops.cast(probs, self.compute_dtype), training=training)
+        return ops.matmul(weights, v), probs
+
+    def _self_attention(self, x, training, return_probs):
+        """x (B, T, D) normalized -> (B, T, D), probs (B, heads, T, T) or None."""
+        b, t = ops.shape(x)[0], ops.shape(x)[1]
+        d, h, hd = self.hidden_size, self.num_heads, self.head_dim
+        scale = 1.0 / math.sqrt(hd)
+        fused = self._fusable()
+        dpa = self._use_dot_product_attention(training, return_probs)
+        probs = None
+        if fused:
+            kernel = ops.concatenate([self.query.kernel * scale, self.key.kernel, self.value.kernel], axis=1)
+            bias = ops.concatenate([self.query.bias * scale, self.key.bias, self.value.bias], axis=0)
+            qkv = ops.reshape(self._dense(ops.reshape(x, (-1, d)), None, kernel, bias), (b, t, 3, h, hd))
+            # unstack, not indexing: the gradient of an index is a zero-padded full-size tensor
+            if dpa:  # (B, T, heads, head_dim) as it comes
+                q, k, v = ops.unstack(qkv, 3, axis=2)
+                y = ops.dot_product_attention(q, k, v, scale=1.0)
+            else:  # one transpose to (3, B, heads, T, head_dim)
+                q, k, v = ops.unstack(ops.transpose(qkv, (2, 0, 3, 1, 4)), 3, axis=0)
+                y, probs = self._matmul_attention(q, k, v, training)
+                y = ops.transpose(y, (0, 2, 1, 3))
+            return ops.reshape(self._dense(ops.reshape(y, (-1, d)), self.out), (b, t, d)), probs
+        q = ops.reshape(self.query(x) * ops.cast(scale, x.dtype), (b, t, h, hd))
+        k = ops.reshape(self.key(x), (b, t, h, hd))
+        v = ops.reshape(self.value(x), (b, t, h, hd))
+        if dpa:
+            y = ops.dot_product_attention(q, k, v, scale=1.0)
+        else:
+            q, k, v = (ops.transpose(z, (0, 2, 1, 3)) for z in (q, k, v))
+            y, probs = self._matmul_attention(q, k, v, training)
+            y = ops.transpose(y, (0, 2, 1, 3))
+        return self.out(ops.reshape(y, (b, t, d))), probs
+
+    def _mlp(self, x, training):
+        if self._fusable():
+            b, t = ops.shape(x)[0], ops.shape(x)[1]
+            y = self._gelu(self._dense(ops.reshape(x, (-1, self.hidden_size)), self.mlp_dense1))
+            y = self._dense(self.dropout(y, training=training), self.mlp_dense2)
+            return ops.reshape(y, (b, t, self.hidden_size))
+        y = self._gelu(self.mlp_dense1(x))
+        return self.mlp_dense2(self.dropout(y, training=training))
 
     def call(self, inputs, training=None, return_attention_scores=False):
-        y, probs = self._self_attention(self.norm1(inputs), training)
+        y, probs = self._self_attention(self.norm1(inputs), training, return_attention_scores)
         x = inputs + self.drop_path(self.dropout(y, training=training), training=training)
-        y = self.mlp_dense1(self.norm2(x))
-        y = keras.activations.gelu(y, approximate=self.approximate_gelu)
-        y = self.mlp_dense2(self.dropout(y, training=training))
+        y = self._mlp(self.norm2(x), training)
         x = x + self.drop_path(self.dropout(y, training=training), training=training)
         if return_attention_scores:
             return x, probs
@@ -276,4 +389,5 @@ class TransformerBlock(keras.layers.Layer):
             "drop_path_rate": self.drop_path_rate,
             "approximate_gelu": self.approximate_gelu,
             "layer_norm_epsilon": self.layer_norm_epsilon,
+            "attention_implementation": self.attention_implementation,
         }

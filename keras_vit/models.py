@@ -100,6 +100,8 @@ class VisionTransformer(keras.Model):
         input_tensor: an optional Keras tensor to build the model on.
         class_names: optional list of the head's class names, saved with the model
             (`decode_predictions` and `keras-vit predict` use them).
+        attention_implementation: "auto", "matmul" or "dot_product_attention", how the
+            blocks compute attention (see `TransformerBlock`); no variable depends on it.
 
     Example:
     >>> model = VisionTransformer(image_size=32, patch_size=4, hidden_size=64, num_layers=2,
@@ -132,6 +134,7 @@ class VisionTransformer(keras.Model):
         approximate_gelu=True,
         input_tensor=None,
         class_names=None,
+        attention_implementation="auto",
         **kwargs,
     ):
         image_size = _pair(image_size, "image_size")
@@ -196,6 +199,7 @@ class VisionTransformer(keras.Model):
                 attention_dropout_rate=attention_dropout_rate,
                 drop_path_rate=drop_path_rate * i / max(num_layers - 1, 1),
                 approximate_gelu=approximate_gelu,
+                attention_implementation=attention_implementation,
                 name=f"encoderblock_{i}",
             )(x)
         x = keras.layers.LayerNormalization(epsilon=1e-6, name="encoder_norm")(x)
@@ -237,6 +241,7 @@ class VisionTransformer(keras.Model):
         self.pooling = pooling
         self.approximate_gelu = bool(approximate_gelu)
         self.class_names = class_names
+        self.attention_implementation = attention_implementation
 
         if weights is not None:
             from keras_vit.checkpoints import load_weights
@@ -278,6 +283,7 @@ class VisionTransformer(keras.Model):
             "pooling": self.pooling,
             "approximate_gelu": self.approximate_gelu,
             "class_names": self.class_names,
+            "attention_implementation": self.attention_implementation,
         }
 
     @classmethod

@@ -85,7 +85,7 @@ DEFAULTS = {
 
 MODEL_KEYS = ("variant", "image_size", "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim",
               "classifier", "representation_size", "resnet", "dropout_rate", "attention_dropout_rate",
-              "drop_path_rate", "pooling", "approximate_gelu")
+              "drop_path_rate", "pooling", "approximate_gelu", "attention_implementation")
 
 
 # --- recipes and overrides -----------------------------------------------------------

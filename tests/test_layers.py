@@ -133,3 +133,96 @@ def test_layer_config_round_trip(layer):
     assert config["module"] is None or "keras_vit" in config["registered_name"]
     clone = keras.saving.deserialize_keras_object(config)
     assert clone.get_config() == layer.get_config()
+
+
+def _random_block(seed=4, **kwargs):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(2, 11, 48)).astype("float32")
+    block = TransformerBlock(num_heads=4, mlp_dim=96, **kwargs)
+    block.build(x.shape)
+    for v in block.weights:
+        v.assign(rng.normal(scale=0.3, size=v.shape).astype("float32"))
+    return block, x
+
+
+@pytest.mark.parametrize("approximate", [True, False])
+def test_fused_and_reference_formulations_agree(approximate):
+    """The fused forward pass (one q/k/v matmul, 2-D matmuls) and the Dense-layer one agree."""
+    block, x = _random_block(approximate_gelu=approximate)
+    fused, fused_probs = block(x, return_attention_scores=True)
+    block._reference = True
+    ref, ref_probs = block(x, return_attention_scores=True)
+    np.testing.assert_allclose(fused.numpy(), ref.numpy(), atol=2e-5)
+    np.testing.assert_allclose(fused_probs.numpy(), ref_probs.numpy(), atol=1e-6)
+    assert fused_probs.dtype == "float32" and fused_probs.shape == (2, 4, 11, 11)
+
+
+@pytest.mark.parametrize("reference", [False, True])
+def test_attention_implementations_agree(reference):
+    """keras.ops.dot_product_attention and the explicit matmul path give the same block output."""
+    block, x = _random_block()
+    block._reference = reference
+    expected = block(x).numpy()
+    for impl in ("dot_product_attention", "auto"):
+        block.attention_implementation = impl
+        np.testing.assert_allclose(block(x).numpy(), expected, atol=2e-5)
+    # the attention probabilities always come from the explicit path
+    y, probs = block(x, return_attention_scores=True)
+    np.testing.assert_allclose(y.numpy(), expected, atol=2e-5)
+    assert probs.shape == (2, 4, 11, 11)
+
+
+def test_attention_implementation_is_validated_and_saved():
+    with pytest.raises(ValueError, match="attention_implementation must be one of"):
+        TransformerBlock(2, 8, attention_implementation="flash")
+    block = TransformerBlock(2, 8, attention_implementation="dot_product_attention")
+    assert TransformerBlock.from_config(block.get_config()).attention_implementation == "dot_product_attention"
+
+
+def test_fused_path_under_mixed_bfloat16_keeps_float32_softmax_and_gradients():
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    block, x = _random_block()
+    y, probs = block(x, return_attention_scores=True)
+    assert y.dtype == "bfloat16" and probs.dtype == "float32"
+    np.testing.assert_allclose(probs.numpy().sum(-1), 1.0, atol=1e-5)
+    block._reference = True
+    ref = block(x)
+    np.testing.assert_allclose(y.numpy().astype("float32"), ref.numpy().astype("float32"), atol=0.15, rtol=0.05)
+    import tensorflow as tf
+
+    block._reference = False
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.cast(block(x), "float32") ** 2)
+    grads = tape.gradient(loss, block.trainable_variables)
+    assert all(g is not None and np.isfinite(g.numpy()).all() for g in grads)
+    assert {v.dtype for v in block.weights} == {"float32"}
+
+
+def test_fused_and_reference_gradients_agree():
+    import tensorflow as tf
+
+    block, x = _random_block()
+    grads = []
+    for reference in (False, True):
+        block._reference = reference
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(block(x, training=True) ** 2)
+        grads.append([g.numpy() for g in tape.gradient(loss, block.trainable_variables)])
+    scale = max(np.abs(g).max() for g in grads[1])
+    for fused, ref, v in zip(*grads, block.trainable_variables):
+        # the key bias's true gradient is 0 (softmax ignores a constant per row): compare on the global scale
+        np.testing.assert_allclose(fused, ref, rtol=1e-4, atol=1e-5 * scale, err_msg=v.path)
+
+
+def test_gelu_tanh_value_and_written_out_gradient():
+    import tensorflow as tf
+
+    from keras_vit.layers import gelu_tanh
+
+    x = tf.constant(np.linspace(-6, 6, 241, dtype="float32"))
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        y = gelu_tanh(x)
+        ref = tf.nn.gelu(x, approximate=True)
+    np.testing.assert_allclose(y.numpy(), ref.numpy(), atol=1e-6)
+    np.testing.assert_allclose(tape.gradient(y, x).numpy(), tape.gradient(ref, x).numpy(), atol=1e-5)

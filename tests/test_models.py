@@ -165,3 +165,16 @@ def test_bad_channel_count_and_shapes_name_the_values():
         keras_vit.ViTTi16(input_tensor=keras.Input((32, 32, 4)))
     with pytest.raises(ValueError, match=r"input_shape must be a static \(height, width, 3\)"):
         keras_vit.ViTB16(input_shape=(None, None, 3))
+
+
+def test_attention_implementation_passes_to_the_blocks_and_round_trips():
+    model = randomize(tiny_vit(attention_implementation="dot_product_attention"))
+    assert {b.attention_implementation for b in model.blocks} == {"dot_product_attention"}
+    clone = keras_vit.VisionTransformer.from_config(model.get_config())
+    assert clone.attention_implementation == "dot_product_attention"
+    default = tiny_vit()
+    default.set_weights(model.get_weights())
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    np.testing.assert_allclose(model.predict(x, verbose=0), default.predict(x, verbose=0), atol=1e-5)
+    with pytest.raises(ValueError, match="attention_implementation"):
+        tiny_vit(attention_implementation="flash")

@@ -1,0 +1,42 @@
+"""The benchmark report: rendering and target bookkeeping (no timing: speed is never asserted)."""
+
+import json
+import subprocess
+import sys
+
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import run as bench  # noqa: E402
+
+
+def _speed(task, ours, hub, timm=None):
+    times = {"keras-vit": {p: [8 / v] * 3 for p, v in ours.items()},
+             "keras-hub": {p: [8 / v] * 3 for p, v in hub.items()}}
+    if timm:
+        times["timm"] = {p: [8 / v] * 3 for p, v in timm.items()}
+    return {"task": task, "variant": "B/16", "batch": 8, "rounds": 3, "times_s": times, "load_during": [4.0],
+            "img_per_s": {k: {p: 8 / ts[0] for p, ts in v.items()} for k, v in times.items()}}
+
+
+def test_speed_table_marks_each_target():
+    table = bench.speed_table(_speed("infer", {"float32": 2.6, "bfloat16": 4.8}, {"float32": 2.5, "bfloat16": 3.8},
+                                     {"float32": 2.2, "bfloat16": 4.3}))
+    f32, bf16 = [line for line in table.splitlines() if line.startswith(("| float32", "| bfloat16"))]
+    assert f32.endswith("| **no** |")  # 1.18x timm < 1.3x
+    assert bf16.endswith("| yes |")  # 1.12x timm, 1.26x keras-hub
+    assert "float32 vs keras-hub 1.04x (1.04-1.04)" in table
+
+
+def test_committed_results_render():
+    results = json.loads((ROOT / "benchmarks" / "results.json").read_text())
+    text = bench.render(results, "python benchmarks/run.py")
+    for section in ("## Inference", "## Training", "## TFLite", "## Memory", "## Where the time goes"):
+        assert section in text
+
+
+def test_worker_and_memory_scripts_parse_their_arguments():
+    for script in ("worker.py", "memory.py", "tflite_bench.py", "agreement.py", "profile_block.py", "run.py"):
+        out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--help"], capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0, (script, out.stderr[-2000:])
