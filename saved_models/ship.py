@@ -42,12 +42,44 @@ def curve(history_csv, out_png, title):
     fig.savefig(out_png, dpi=80)
 
 
+def exports_table(exports_dir):
+    """The card's section on the exports in exports_dir, from the JSON `keras-vit export` writes."""
+    if not os.path.isdir(exports_dir):
+        return ""
+    rows = []
+    for name in sorted(os.listdir(exports_dir)):
+        if not name.endswith(".json"):
+            continue
+        meta = json.load(open(os.path.join(exports_dir, name)))
+        p = meta["parity"]
+        target = name[:-len(".json")]
+        shipped = f"`exports/{target}`" if os.path.exists(os.path.join(exports_dir, target)) else f"{target} (not shipped)"
+        rows.append(f"| {shipped} | {meta['format']} | {meta.get('quantization') or 'float32'} | "
+                    f"{p['max_abs_logit_diff']:.2g} | {p['top1_agreement']:.2%} | {p['keras_accuracy']:.2%} | "
+                    f"{p['export_accuracy']:.2%} |")
+    if not rows:
+        return ""
+    sample = meta["parity"]["sample_source"]
+    return f"""
+## Exports
+
+Written by `keras-vit export` (the commands are in the README); each was checked against the Keras model on
+{sample} before it was written. The JSON beside each file holds the full report. "Keras accuracy" is the
+model's in float32, the precision exports are made from; the test accuracy above was measured in the
+training precision.
+
+| file | format | weights | max abs logit diff | top-1 agreement with Keras | Keras accuracy | export accuracy |
+|---|---|---|---:|---:|---:|---:|
+""" + "\n".join(rows) + "\n"
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("run_dir")
     p.add_argument("out_dir")
     p.add_argument("--title", required=True)
     p.add_argument("--command", required=True, help="the command that trained it")
+    p.add_argument("--note", default="", help="a paragraph for the card (e.g. how the run went)")
     args = p.parse_args(argv)
 
     import keras
@@ -55,6 +87,13 @@ def main(argv=None):
     import keras_vit  # noqa: F401  (registers the layers)
 
     metrics = json.load(open(os.path.join(args.run_dir, "metrics.json")))
+    # A shipped model names its recipe and data relative to the repository (a user's clone, CI's
+    # ../shared), not as they lay on the machine that trained it.
+    config = metrics["config"]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    config["recipe"] = os.path.join("recipes", os.path.basename(config["recipe"]))
+    if os.path.isabs(str(config["data"])):
+        config["data"] = os.path.relpath(config["data"], root)
     os.makedirs(args.out_dir, exist_ok=True)
     model = keras.models.load_model(os.path.join(args.run_dir, "model.keras"), compile=False)
     model.save(os.path.join(args.out_dir, "model.keras"))  # weights and config only: no optimizer state
@@ -62,8 +101,10 @@ def main(argv=None):
     with open(os.path.join(args.out_dir, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=2)
     curve(os.path.join(args.run_dir, "history.csv"), os.path.join(args.out_dir, "curve.png"), args.title)
-    config = metrics["config"]
     size = os.path.getsize(os.path.join(args.out_dir, "model.keras"))
+    resumed = metrics.get("resumed_at_epoch") or 0
+    # A resumed run's clock starts again: say which epochs the time covers.
+    timed = f"; epochs {resumed + 1}-{metrics['epochs_completed']}, resumed from the backup" if resumed else ""
     card = f"""# {args.title}
 
 | | |
@@ -80,18 +121,19 @@ held out to pick the best epoch, {metrics['test_examples']:,} test images |
 {config['precision']}) |
 | **test accuracy** | **{metrics['test_accuracy']:.2%}** (test loss {metrics['test_loss']:.4f}; the final model) |
 | training time | {metrics['train_seconds'] / 60:.0f} min wall, {metrics['train_cpu_seconds'] / 60:.0f} min CPU \
-({metrics['strategy']}, {metrics['num_replicas']} replica) |
+({metrics['strategy']}, {metrics['num_replicas']} replica{timed}) |
 | trained | {datetime.date.today().isoformat()}, TensorFlow {metrics['versions']['tensorflow']}, \
 Keras {metrics['versions']['keras']} |
 | file | `model.keras`, {size / 1e6:.1f} MB, weights and config (no optimizer state) |
 
 Reproduce: `{args.command}`
-
+{chr(10) + args.note + chr(10) if args.note else ""}
 ![learning curve](curve.png)
 
 Load: `import keras, keras_vit; model = keras.models.load_model("{args.out_dir}/model.keras")`;
 the class names are in `model.class_names`. `metrics.json` holds the full resolved recipe.
 """
+    card += exports_table(os.path.join(args.out_dir, "exports"))
     with open(os.path.join(args.out_dir, "MODEL_CARD.md"), "w") as f:
         f.write(card)
     print(card)
