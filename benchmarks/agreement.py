@@ -5,8 +5,8 @@
 Rows (each: a float32 model, the same model rebuilt under mixed_bfloat16 with the float32
 weights copied in, run on the same images):
   - a trained model whose predictions mean something: `--model` (a .keras classifier; the
-    CIFAR-10 run's `best.keras` by default when present), on CIFAR-10 test JPEGs at its input
-    size, with both accuracies;
+    shipped `saved_models/vit_cifar10` by default), on CIFAR-10 test JPEGs at its input size,
+    with both accuracies;
   - the shipped digits model on scikit-learn's digits;
   - ViT-B/16@224 with random weights (seed 0, a random head) on the real photographs and
     CIFAR-10 test JPEGs upsampled to 224. With random weights the logits of different
@@ -30,8 +30,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import images as photos_lib  # noqa: E402
 
-DEFAULT_MODEL = "/work/runs/cifar10/best.keras"
-DIGITS = os.path.join(os.path.dirname(HERE), "saved_models", "vit_digits", "model.keras")
+SHIPPED = os.path.join(os.path.dirname(HERE), "saved_models")
+DEFAULT_MODEL = os.path.join(SHIPPED, "vit_cifar10", "model.keras")
+DIGITS = os.path.join(SHIPPED, "vit_digits", "model.keras")
 
 
 def twin_bf16(model):
@@ -83,7 +84,7 @@ def main(argv=None):
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         size = model.input_shape[1]
-        rows.append(compare(f"trained CIFAR-10 ViT ({os.path.basename(args.model)}, {model.count_params():,} "
+        rows.append(compare(f"trained CIFAR-10 ViT ({os.path.relpath(args.model)}, {model.count_params():,} "
                             f"params)", f"{len(cifar[0])} CIFAR-10 test JPEGs at {size}", model,
                             photos_lib.to_input(cifar[0], size), cifar[1], batch=64))
     if os.path.exists(DIGITS):

@@ -1,8 +1,8 @@
 """Real photographs for the precision comparisons (no downloads).
 
 scikit-image's chelsea, coffee and astronaut, matplotlib's grace_hopper.jpg, and CIFAR-10
-test JPEGs from the shared archive when it is there (/work/shared/data/cifar10-jpeg.tgz, or
-$KERAS_VIT_CIFAR_TGZ), each resized to the model's input and scaled to [-1, 1].
+test JPEGs from the shared archive when it is there (../shared/data/cifar10-jpeg.tgz beside
+the repository, or $KERAS_VIT_CIFAR_TGZ), each resized to the model's input and scaled to [-1, 1].
 """
 
 import io
@@ -11,7 +11,8 @@ import tarfile
 
 import numpy as np
 
-CIFAR_TGZ = os.environ.get("KERAS_VIT_CIFAR_TGZ", "/work/shared/data/cifar10-jpeg.tgz")
+CIFAR_TGZ = os.environ.get("KERAS_VIT_CIFAR_TGZ", os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "shared", "data", "cifar10-jpeg.tgz"))
 CIFAR_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 
 

@@ -16,7 +16,7 @@ Run it with keras-vit's own Python, from the repository root. Parts:
   profile     per-piece timing of one B/16 encoder block (benchmarks/profile_block.py)
 
 The peers live in their own virtual environments under `--venvs` (default
-/work/bench-venvs, or $KERAS_VIT_BENCH_VENVS), created when absent: keras-hub pulls a
+../bench-venvs beside the repository, or $KERAS_VIT_BENCH_VENVS), created when absent: keras-hub pulls a
 full `tensorflow` and tensorflow-text (about 2.4 GB), timm pulls torch (about 5.5 GB with
 its CUDA libraries); a few minutes each from a nearby index. They are reused when present.
 
@@ -236,13 +236,14 @@ def speed_table(part):
         ratio = {peer: ours / rates[peer][precision] if peer in rates and precision in rates[peer] else None
                  for peer in ("keras-vit before", "keras-hub", "timm")}
         goals = TARGETS[(task, precision)]
-        met = all(ratio.get(peer) is not None and ratio[peer] >= need for peer, need in goals)
+        met = "; ".join(f"{peer}: " + ("yes" if ratio.get(peer) is not None and ratio[peer] >= need else "**no**")
+                        for peer, need in goals)
         target = ", ".join(f">= {need:.2f}x {peer}" for peer, need in goals)
         rows.append(f"| {PRECISION_NAMES[precision]} | "
                     + " | ".join(fmt(rates[label].get(precision)) for label in labels)
                     + f" | {fmt(ratio['keras-vit before'])}x | {fmt(ratio['keras-hub'])}x | "
                     + (f"{fmt(ratio['timm'])}x" if ratio["timm"] else "-")
-                    + f" | {target} | {'yes' if met else '**no**'} |")
+                    + f" | {target} | {met} |")
     times = part["times_s"]
     paired = []
     for p in ("float32", "bfloat16"):
@@ -346,7 +347,8 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=7, help="interleaved rounds for inference (default 7)")
     p.add_argument("--train-rounds", type=int, default=4, help="interleaved rounds for training (default 4)")
     p.add_argument("--train-timm", action="store_true", help="also time timm's training step")
-    p.add_argument("--venvs", default=os.environ.get("KERAS_VIT_BENCH_VENVS", "/work/bench-venvs"))
+    p.add_argument("--venvs", default=os.environ.get("KERAS_VIT_BENCH_VENVS",
+                                                       os.path.join(os.path.dirname(ROOT), "bench-venvs")))
     p.add_argument("--baseline", default=DEFAULT_BASELINE,
                    help="git revision timed as 'keras-vit before' ('' to skip)")
     p.add_argument("--out", default=os.path.join(HERE, "RESULTS.md"))

@@ -23,9 +23,14 @@ def test_speed_table_marks_each_target():
     table = bench.speed_table(_speed("infer", {"float32": 2.6, "bfloat16": 4.8}, {"float32": 2.5, "bfloat16": 3.8},
                                      {"float32": 2.2, "bfloat16": 4.3}))
     f32, bf16 = [line for line in table.splitlines() if line.startswith(("| float32", "| bfloat16"))]
-    assert f32.endswith("| **no** |")  # 1.18x timm < 1.3x
-    assert bf16.endswith("| yes |")  # 1.12x timm, 1.26x keras-hub
+    assert f32.endswith("| keras-hub: yes; timm: **no** |")  # 1.04x keras-hub, 1.18x timm < 1.3x
+    assert bf16.endswith("| timm: yes; keras-hub: yes |")  # 1.12x timm, 1.26x keras-hub
     assert "float32 vs keras-hub 1.04x (1.04-1.04)" in table
+    table = bench.speed_table(_speed("infer", {"float32": 2.6, "bfloat16": 4.8}, {"float32": 2.7, "bfloat16": 4.0},
+                                     {"float32": 2.0, "bfloat16": 4.3}))
+    f32, bf16 = [line for line in table.splitlines() if line.startswith(("| float32", "| bfloat16"))]
+    assert f32.endswith("| keras-hub: **no**; timm: yes |")  # 0.96x keras-hub, 1.3x timm
+    assert bf16.endswith("| timm: yes; keras-hub: **no** |")  # 1.12x timm, 1.2x keras-hub
 
 
 def test_committed_results_render():
@@ -36,7 +41,8 @@ def test_committed_results_render():
 
 
 def test_worker_and_memory_scripts_parse_their_arguments():
-    for script in ("worker.py", "memory.py", "tflite_bench.py", "agreement.py", "profile_block.py", "run.py"):
+    for script in ("worker.py", "memory.py", "tflite_bench.py", "agreement.py", "profile_block.py", "matmul_peak.py",
+                   "run.py"):
         out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--help"], capture_output=True,
                              text=True, timeout=120)
         assert out.returncode == 0, (script, out.stderr[-2000:])

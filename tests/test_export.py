@@ -519,3 +519,30 @@ def test_shipped_cifar10_model_int8_on_the_test_set(tmp_path):
     # quantization falls to chance. Measured on a weak stand-in (47% accurate): 93.2%, -0.9 points.
     assert report["top1_agreement"] >= 0.90
     assert report["export_accuracy"] >= report["keras_accuracy"] - 0.03
+
+
+SHIPPED_EXPORTS = ROOT / "saved_models" / "vit_cifar10" / "exports"
+
+
+@pytest.mark.parametrize("name, max_diff, min_agreement", [
+    ("vit_cifar10.tflite", 1e-4, 1.0),
+    ("vit_cifar10_f16.tflite", 0.1, 0.95),
+    ("vit_cifar10_dynamic.tflite", 1.0, 0.9),
+    ("vit_cifar10_int8.tflite", None, 0.8),   # 94.9% over the 10,000 test images
+])
+def test_shipped_cifar10_exports_still_match_the_shipped_model(name, max_diff, min_agreement):
+    """The TFLite files in saved_models/ are the shipped model's, not a stale export of another."""
+    path = SHIPPED_EXPORTS / name
+    if not path.exists() or not SHIPPED_CIFAR10.exists():
+        pytest.skip(f"{path} or {SHIPPED_CIFAR10} is not in this checkout")
+    files = sorted(str(p) for p in CIFAR10_SAMPLE.glob("*/*.jpg"))
+    images = np.stack([keras_vit.load_image(f) for f in files])
+    reference = load_classifier(SHIPPED_CIFAR10)
+    lite = load_classifier(path)
+    assert list(lite.class_names) == list(reference.class_names) == sorted(p.name for p in CIFAR10_SAMPLE.iterdir() if p.is_dir())
+    expected, got = reference(images)["logits"], lite(images)["logits"]
+    if max_diff is not None:
+        assert np.abs(got - expected).max() <= max_diff
+    assert np.mean(got.argmax(-1) == expected.argmax(-1)) >= min_agreement
+    report = json.loads(pathlib.Path(metadata_path(path)).read_text())["parity"]
+    assert report["samples"] == 10000 and report["labelled"]
