@@ -11,8 +11,9 @@ import tarfile
 
 import numpy as np
 
-CIFAR_TGZ = os.environ.get("KERAS_VIT_CIFAR_TGZ", os.path.join(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "shared", "data", "cifar10-jpeg.tgz"))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CIFAR_TGZ = os.environ.get("KERAS_VIT_CIFAR_TGZ",
+                           os.path.join(os.path.dirname(ROOT), "shared", "data", "cifar10-jpeg.tgz"))
 CIFAR_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 
 
