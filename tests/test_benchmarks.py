@@ -41,8 +41,7 @@ def test_committed_results_render():
 
 
 def test_worker_and_memory_scripts_parse_their_arguments():
-    for script in ("worker.py", "memory.py", "tflite_bench.py", "agreement.py", "profile_block.py", "matmul_peak.py",
-                   "run.py"):
+    for script in ("worker.py", "memory.py", "tflite_bench.py", "agreement.py", "profile_block.py", "run.py"):
         out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--help"], capture_output=True,
                              text=True, timeout=120)
         assert out.returncode == 0, (script, out.stderr[-2000:])
