@@ -23,6 +23,7 @@ from keras_vit.models import (  # noqa: E402
     R26ViTB32,
     R26ViTS32,
     R50ViTB16,
+    R50ViTL32,
     RViTTi16,
     ViTB8,
     ViTB16,

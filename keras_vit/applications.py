@@ -158,9 +158,9 @@ def resize_images(images, size):
     """Resizes uint8 images (N, H, W, 3) to `size` as the exported models do, back to uint8."""
     import tensorflow as tf
 
-    from keras_vit.layers import _pair
+    from keras_vit._common import to_pair
 
-    size = _pair(size, "size")
+    size = to_pair(size, "size")
     images = np.asarray(images)
     if tuple(images.shape[1:3]) == size:
         return images

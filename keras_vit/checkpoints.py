@@ -14,8 +14,12 @@ import zipfile
 
 import numpy as np
 
+from keras_vit._common import format_keys
 from keras_vit._files import atomic_path
-from keras_vit.posemb import _infer_grid, resample_position_embeddings
+from keras_vit.models import VisionTransformer, create_model, register_weights_loader
+from keras_vit.presets import NAMED_WEIGHTS, PRESETS
+# copy_weights lives with the resampling it needs; checkpoints re-exports it.
+from keras_vit.posemb import copy_weights, infer_grid, resample_position_embeddings  # noqa: F401
 
 log = logging.getLogger("keras_vit")
 
@@ -36,30 +40,6 @@ POSEMB_KEY = "Transformer/posembed_input/pos_embedding"
 WEIGHTS_URL_ENV = "KERAS_VIT_WEIGHTS_URL"
 DEFAULT_WEIGHTS_URL = "https://storage.googleapis.com/vit_models"
 
-_OFFICIAL_NAME = {
-    "Ti/16": "ViT-Ti_16", "S/16": "ViT-S_16", "S/32": "ViT-S_32", "B/8": "ViT-B_8", "B/16": "ViT-B_16",
-    "B/32": "ViT-B_32", "L/16": "ViT-L_16", "L/32": "ViT-L_32", "H/14": "ViT-H_14",
-    "R50+B/16": "R50+ViT-B_16", "R50+L/32": "R50+ViT-L_32", "R26+S/32": "R26+ViT-S_32",
-    "R26+B/32": "R26+ViT-B_32", "R+Ti/16": "R+ViT-Ti_16",
-}
-# The AugReg checkpoints the official README recommends ("How to train your ViT?").
-_AUGREG = {
-    "L/16": "L_16-i21k-300ep-lr_0.001-aug_strong1-wd_0.1-do_0.0-sd_0.0",
-    "B/16": "B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0",
-    "S/16": "S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0",
-    "R50+L/32": "R50_L_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1",
-    "R26+S/32": "R26_S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0",
-    "Ti/16": "Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0",
-    "B/32": "B_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0",
-    "S/32": "S_32-i21k-300ep-lr_0.001-aug_none-wd_0.1-do_0.0-sd_0.0",
-    "R+Ti/16": "R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0",
-}
-_AUGREG_FINETUNE_LR = {"L/16": "0.01", "B/16": "0.03", "S/16": "0.03", "R50+L/32": "0.01", "R26+S/32": "0.01",
-                       "Ti/16": "0.03", "B/32": "0.01", "S/32": "0.01", "R+Ti/16": "0.03"}
-_IMAGENET21K = ("B/16", "B/32", "L/16", "L/32", "H/14", "R50+B/16")
-_IMAGENET21K_IMAGENET2012 = ("B/16", "B/32", "L/16", "L/32", "H/14", "R50+B/16")
-_HAS_224_FINETUNE = ("B/16", "L/16")
-NAMED_WEIGHTS = ("imagenet21k", "imagenet21k+imagenet2012", "augreg", "augreg+imagenet2012")
 _AUGREG_FILE = re.compile(r"^(R\d*_)?(Ti|S|B|L|H)_\d+-i(1|21)k-[\w.\-]+$")
 
 
@@ -158,12 +138,6 @@ def _squeeze(shape):
     return tuple(d for d in shape if d != 1)
 
 
-def _fmt_keys(keys, limit=12):
-    keys = sorted(keys)
-    more = f" ... and {len(keys) - limit} more" if len(keys) > limit else ""
-    return ", ".join(keys[:limit]) + more
-
-
 def load_official_npz(model, path, *, resample="official"):
     """Fills a keras-vit model from a checkpoint in the official .npz layout.
 
@@ -209,7 +183,7 @@ def load_official_npz(model, path, *, resample="official"):
                 ("cls" in index) == bool(model.num_prefix_tokens):
             prefix = model.num_prefix_tokens
             try:
-                old_grid = _infer_grid(found[1] - prefix, like=model.patch_encoder.grid_size)
+                old_grid = infer_grid(found[1] - prefix, like=model.patch_encoder.grid_size)
             except ValueError as e:
                 mismatched.append(f"{key}: expected {want}, found {found} ({e})")
                 continue
@@ -230,14 +204,14 @@ def load_official_npz(model, path, *, resample="official"):
     if missing or unexpected or mismatched:
         problems = []
         if missing:
-            problems.append(f"missing keys: {_fmt_keys(missing)}")
+            problems.append(f"missing keys: {format_keys(missing)}")
         if unexpected:
             hint = ""
             if any(k.startswith("cls ") for k in unexpected):
                 hint = " (the checkpoint has a class token: build the model with classifier='token')"
-            problems.append(f"unexpected keys{hint}: {_fmt_keys(unexpected)}")
+            problems.append(f"unexpected keys{hint}: {format_keys(unexpected)}")
         if mismatched:
-            problems.append(f"shape mismatches: {_fmt_keys(mismatched)}")
+            problems.append(f"shape mismatches: {format_keys(mismatched)}")
         raise ValueError(
             f"Checkpoint {path} ({layout} key layout) does not fit the model {model.name!r}: "
             + "; ".join(problems) + ". The model was left unchanged."
@@ -279,73 +253,9 @@ def save_official_npz(model, path, *, layout="released"):
     return path
 
 
-def copy_weights(source, target, *, method="official"):
-    """Copies weights between two keras-vit models of the same architecture.
-
-    Position embeddings are resampled when the patch grids differ; a head of another
-    class count is kept as the target has it. Returns a report like `load_official_npz`.
-    """
-    src = {v.path: v for v in source.weights}
-    plan, problems = [], []
-    report = {"loaded": [], "kept": [], "dropped": [], "resampled": []}
-    for variable in target.weights:
-        s = src.pop(variable.path, None)
-        if s is None:
-            if variable.path.startswith("head/"):
-                report["kept"].append(variable.path)
-            else:
-                problems.append(f"{variable.path} missing in the source")
-        elif tuple(s.shape) == tuple(variable.shape):
-            plan.append((variable, s, None))
-        elif variable.path.startswith("head/"):
-            report["kept"].append(f"{variable.path} (target {tuple(variable.shape)}, source {tuple(s.shape)})")
-        elif variable.path == "patch_encoder/pos_embedding" and s.shape[-1] == variable.shape[-1]:
-            old_grid = source.patch_encoder.grid_size
-            plan.append((variable, s, old_grid))
-            new_grid = target.patch_encoder.grid_size
-            report["resampled"].append(
-                f"position embeddings {old_grid[0]}x{old_grid[1]} -> {new_grid[0]}x{new_grid[1]} ({method})")
-        else:
-            problems.append(f"{variable.path}: target {tuple(variable.shape)}, source {tuple(s.shape)}")
-    for path in src:
-        if path.startswith(("head/", "pre_logits/")):
-            report["dropped"].append(path)
-        else:
-            problems.append(f"{path} has no place in the target")
-    if problems:
-        raise ValueError(
-            f"Cannot copy weights from {source.name!r} to {target.name!r}: {_fmt_keys(problems)}. "
-            "The target was left unchanged."
-        )
-    for variable, s, old_grid in plan:
-        value = s.numpy()
-        if old_grid is not None:
-            value = resample_position_embeddings(
-                value, target.patch_encoder.grid_size, old_grid=old_grid,
-                num_prefix_tokens=target.num_prefix_tokens, method=method)
-        variable.assign(value.astype(variable.dtype))
-        report["loaded"].append(variable.path)
-    return report
-
-
 def variant_of(model):
-    """The name of the paper's variant a model's sizes match ("B/16", ...), or None."""
-    from keras_vit.models import VARIANTS
-
-    for name, sizes in VARIANTS.items():
-        resnet = sizes.get("resnet")
-        same = (
-            tuple(model.patch_size) == (sizes["patch_size"],) * 2
-            and model.hidden_size == sizes["hidden_size"]
-            and model.num_layers == sizes["num_layers"]
-            and model.num_heads == sizes["num_heads"]
-            and model.mlp_dim == sizes["mlp_dim"]
-            and (model.resnet is None) == (resnet is None)
-            and (resnet is None or tuple(model.resnet["num_layers"]) == tuple(resnet["num_layers"]))
-        )
-        if same:
-            return name
-    return None
+    """The preset a model was built as ("B/16", ...; its config's `variant`), or None."""
+    return getattr(model, "variant", None)
 
 
 def resolve_weights(name, variant, image_size=(224, 224)):
@@ -364,22 +274,21 @@ def resolve_weights(name, variant, image_size=(224, 224)):
             f"Unknown weights {name!r}: not a file, and not one of {NAMED_WEIGHTS} or an AugReg "
             "checkpoint name such as 'B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0'."
         )
-    available = {"imagenet21k": _IMAGENET21K, "imagenet21k+imagenet2012": _IMAGENET21K_IMAGENET2012,
-                 "augreg": tuple(_AUGREG), "augreg+imagenet2012": tuple(_AUGREG)}[name]
+    available = [v for v, preset in PRESETS.items() if name in preset.weights]
     if variant not in available:
         raise ValueError(
             f"No {name!r} weights were released for {variant or 'this model'}; "
             f"they exist for {', '.join(available)}."
         )
+    preset = PRESETS[variant]
     if name == "imagenet21k":
-        return f"{base}/imagenet21k/{_OFFICIAL_NAME[variant]}.npz"
+        return f"{base}/imagenet21k/{preset.official_name}.npz"
     if name == "imagenet21k+imagenet2012":
-        suffix = "-224" if variant in _HAS_224_FINETUNE and max(image_size) <= 224 else ""
-        return f"{base}/imagenet21k+imagenet2012/{_OFFICIAL_NAME[variant]}{suffix}.npz"
+        suffix = "-224" if preset.finetune_224 and max(image_size) <= 224 else ""
+        return f"{base}/imagenet21k+imagenet2012/{preset.official_name}{suffix}.npz"
     if name == "augreg":
-        return f"{base}/augreg/{_AUGREG[variant]}.npz"
-    lr = _AUGREG_FINETUNE_LR[variant]
-    return f"{base}/augreg/{_AUGREG[variant]}--imagenet2012-steps_20k-lr_{lr}-res_384.npz"
+        return f"{base}/augreg/{preset.augreg}.npz"
+    return f"{base}/augreg/{preset.augreg}--imagenet2012-steps_20k-lr_{preset.augreg_finetune_lr}-res_384.npz"
 
 
 def fetch_weights(name, variant, image_size=(224, 224)):
@@ -417,7 +326,7 @@ def _model_at_saved_size(model, path):
     if not found:
         raise ValueError(f"{path} holds no keras-vit position embeddings (patch_encoder).")
     tokens = found[0][1] - model.num_prefix_tokens
-    grid = _infer_grid(tokens, like=model.patch_encoder.grid_size)
+    grid = infer_grid(tokens, like=model.patch_encoder.grid_size)
     stride = (model.image_size[0] // model.patch_encoder.grid_size[0],
               model.image_size[1] // model.patch_encoder.grid_size[1])
     config = dict(model.get_config(), image_size=(grid[0] * stride[0], grid[1] * stride[1]))
@@ -447,8 +356,6 @@ def convert_checkpoint(checkpoint, out, *, variant, image_size=224, classes=1000
     The classifier (class token or gap) follows the checkpoint; the head is new (zero-
     initialized) when `classes` differs from the checkpoint's.
     """
-    from keras_vit.models import create_model
-
     out = os.fspath(out)
     if not out.endswith(".keras"):
         raise ValueError(f"--out must end in .keras, got {out}.")
@@ -473,8 +380,6 @@ def from_official_config(config, image_size=224, **kwargs):
     num_layers, dropout_rate, attention_dropout_rate}, classifier, representation_size
     and resnet.{num_layers, width_factor}; keyword arguments override.
     """
-    from keras_vit.models import VisionTransformer
-
     transformer = config["transformer"]
     resnet = config.get("resnet")
     args = dict(
@@ -495,3 +400,7 @@ def from_official_config(config, image_size=224, **kwargs):
     )
     args.update(kwargs)
     return VisionTransformer(**args)
+
+
+# VisionTransformer(weights=...) loads through this module.
+register_weights_loader(load_weights)

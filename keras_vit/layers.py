@@ -10,29 +10,15 @@ import math
 import keras
 from keras import ops
 
+from keras_vit._common import register as _register
+from keras_vit._common import to_pair as _pair
+
 if keras.backend.backend() == "tensorflow":
     import tensorflow as _TF
 else:
     _TF = None
 
 ATTENTION_IMPLEMENTATIONS = ("auto", "matmul", "dot_product_attention")
-
-_register = keras.saving.register_keras_serializable(package="keras_vit")
-
-
-def _pair(value, what):
-    """Turns an int or a pair into a (height, width) tuple of positive ints."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        pair = (value, value)
-    else:
-        try:
-            pair = tuple(int(v) for v in value)
-        except TypeError:
-            raise ValueError(f"{what} must be an int or a pair (h, w), got {value!r}.") from None
-    if len(pair) != 2 or min(pair) < 1:
-        raise ValueError(f"{what} must be a positive int or a pair (h, w), got {value!r}.")
-    return pair
-
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 

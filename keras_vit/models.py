@@ -1,52 +1,38 @@
-"""VisionTransformer, the table of the paper's variants and keras.applications-style constructors."""
+"""VisionTransformer and the keras.applications-style constructors, one per preset.
+
+The variants themselves (sizes, names, released weights) are the table in
+keras_vit/presets.py; this module builds models from it. Weights named by `weights=`
+are loaded by keras_vit/checkpoints.py through `register_weights_loader`.
+"""
 
 import keras
 from keras import ops
 
-from keras_vit.layers import PatchEncoder, TransformerBlock, _pair, _register, grid_size
+from keras_vit._common import register as _register
+from keras_vit._common import to_pair as _pair
+from keras_vit.layers import PatchEncoder, TransformerBlock, grid_size
+from keras_vit.presets import PRESETS, VARIANTS, canonical_variant  # noqa: F401 (VARIANTS is public here)
 from keras_vit.stem import resnet_stem, stem_stride
 
 CLASSIFIERS = ("token", "gap")
 POOLINGS = ("token", "gap", "avg", "unpooled")
+SIZE_ARGS = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "resnet")
 
-_R50 = {"num_layers": (3, 4, 9), "width_factor": 1}
-_R26 = {"num_layers": (2, 2, 2, 2), "width_factor": 1}
-
-# The official configurations (vit_jax/configs/models.py); sizes, not training options.
-VARIANTS = {
-    "Ti/16": dict(patch_size=16, hidden_size=192, num_layers=12, num_heads=3, mlp_dim=768),
-    "S/16": dict(patch_size=16, hidden_size=384, num_layers=12, num_heads=6, mlp_dim=1536),
-    "S/32": dict(patch_size=32, hidden_size=384, num_layers=12, num_heads=6, mlp_dim=1536),
-    "B/8": dict(patch_size=8, hidden_size=768, num_layers=12, num_heads=12, mlp_dim=3072),
-    "B/16": dict(patch_size=16, hidden_size=768, num_layers=12, num_heads=12, mlp_dim=3072),
-    "B/32": dict(patch_size=32, hidden_size=768, num_layers=12, num_heads=12, mlp_dim=3072),
-    "L/16": dict(patch_size=16, hidden_size=1024, num_layers=24, num_heads=16, mlp_dim=4096),
-    "L/32": dict(patch_size=32, hidden_size=1024, num_layers=24, num_heads=16, mlp_dim=4096),
-    "H/14": dict(patch_size=14, hidden_size=1280, num_layers=32, num_heads=16, mlp_dim=5120),
-    "R50+B/16": dict(patch_size=1, hidden_size=768, num_layers=12, num_heads=12, mlp_dim=3072, resnet=_R50),
-    "R50+L/32": dict(
-        patch_size=1, hidden_size=1024, num_layers=24, num_heads=16, mlp_dim=4096,
-        resnet={"num_layers": (3, 4, 6, 3), "width_factor": 1},
-    ),
-    "R26+S/32": dict(patch_size=1, hidden_size=384, num_layers=12, num_heads=6, mlp_dim=1536, resnet=_R26),
-    "R26+B/32": dict(patch_size=1, hidden_size=768, num_layers=12, num_heads=12, mlp_dim=3072, resnet=_R26),
-    "R+Ti/16": dict(
-        patch_size=8, hidden_size=192, num_layers=12, num_heads=3, mlp_dim=768,
-        resnet={"num_layers": (), "width_factor": 1},
-    ),
-}
+# Loading weights is keras_vit.checkpoints' job; it registers its loader here when imported
+# (as `import keras_vit` does), so this module needs no import of it.
+_weights_loader = None
 
 
-def canonical_variant(name):
-    """'ViT-B_16', 'vit-b/16', 'B16' or 'R50+ViT-B_16' -> the key of VARIANTS."""
-    key = str(name).strip().upper().replace("VIT-", "").replace("VIT", "").replace("_", "/").lstrip("-")
-    if "/" not in key:  # B16 -> B/16
-        head = key.rstrip("0123456789")
-        key = f"{head}/{key[len(head):]}"
-    table = {k.upper(): k for k in VARIANTS}
-    if key not in table:
-        raise ValueError(f"Unknown ViT variant {name!r}. Known variants: {', '.join(VARIANTS)}.")
-    return table[key]
+def register_weights_loader(loader):
+    """Sets the function `VisionTransformer(weights=...)` calls as loader(model, weights)."""
+    global _weights_loader
+    _weights_loader = loader
+
+
+def _load_weights(model, weights):
+    if _weights_loader is None:
+        raise RuntimeError("weights= needs keras_vit.checkpoints, which registers the loader: import keras_vit.")
+    _weights_loader(model, weights)
 
 
 def _normalize_resnet(resnet):
@@ -60,6 +46,32 @@ def _normalize_resnet(resnet):
     if any(n < 1 for n in num_layers):
         raise ValueError(f"resnet num_layers must be positive unit counts per stage, got {num_layers}.")
     return {"num_layers": num_layers, "width_factor": resnet.get("width_factor", 1)}
+
+
+def _size_mismatches(sizes, config):
+    """The size arguments in which `config` differs from a preset's `sizes`."""
+    differ = []
+    for key in SIZE_ARGS:
+        want, got = sizes.get(key), config.get(key)
+        if key == "patch_size":
+            want, got = _pair(want, key), _pair(got, key)
+        elif key == "resnet":
+            want, got = _normalize_resnet(want), _normalize_resnet(got)
+        elif got is not None:
+            got = int(got)
+        if want != got:
+            differ.append(f"{key}={got!r} (the preset's is {want!r})")
+    return differ
+
+
+def _check_variant(variant, patch_size, hidden_size, num_layers, num_heads, mlp_dim, resnet):
+    name = canonical_variant(variant)
+    differ = _size_mismatches(PRESETS[name].sizes, dict(
+        patch_size=patch_size, hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads,
+        mlp_dim=mlp_dim, resnet=resnet))
+    if differ:
+        raise ValueError(f"variant={variant!r} does not describe this model: {', '.join(differ)}.")
+    return name
 
 
 @_register
@@ -135,9 +147,12 @@ class VisionTransformer(keras.Model):
         input_tensor=None,
         class_names=None,
         attention_implementation="auto",
+        variant=None,
         **kwargs,
     ):
         image_size = _pair(image_size, "image_size")
+        if variant is not None:
+            variant = _check_variant(variant, patch_size, hidden_size, num_layers, num_heads, mlp_dim, resnet)
         if class_names is not None:
             class_names = [str(c) for c in class_names]
             if not include_top or len(class_names) != classes:
@@ -242,11 +257,10 @@ class VisionTransformer(keras.Model):
         self.approximate_gelu = bool(approximate_gelu)
         self.class_names = class_names
         self.attention_implementation = attention_implementation
+        self.variant = variant
 
         if weights is not None:
-            from keras_vit.checkpoints import load_weights
-
-            load_weights(self, weights)
+            _load_weights(self, weights)
 
     @property
     def patch_encoder(self):
@@ -284,6 +298,7 @@ class VisionTransformer(keras.Model):
             "approximate_gelu": self.approximate_gelu,
             "class_names": self.class_names,
             "attention_implementation": self.attention_implementation,
+            "variant": self.variant,
         }
 
     @classmethod
@@ -299,17 +314,23 @@ class VisionTransformer(keras.Model):
 def create_model(variant, **kwargs):
     """A VisionTransformer of a named variant ("B/16", "ViT-L_16", "R50+ViT-B_16", ...).
 
-    Keyword arguments override the variant's sizes and pass on to VisionTransformer.
+    Keyword arguments override the variant's sizes and pass on to VisionTransformer; the
+    model's `variant` is the preset's name unless they change its sizes.
 
     Example:
     >>> create_model("Ti/16", image_size=384, classes=10).count_params()
     5614474
     """
-    return VisionTransformer(**{**VARIANTS[canonical_variant(variant)], **kwargs})
+    name = canonical_variant(variant)
+    config = {**PRESETS[name].sizes, **kwargs}
+    if "variant" not in kwargs:
+        config["variant"] = None if _size_mismatches(PRESETS[name].sizes, config) else name
+    return VisionTransformer(**config)
 
 
-def _application(variant, include_top, weights, input_tensor, input_shape, pooling, classes,
-                 classifier_activation, name, **kwargs):
+def _application(variant, include_top=True, weights=None, input_tensor=None, input_shape=None, pooling=None,
+                 classes=1000, classifier_activation="softmax", name=None, **kwargs):
+    """The one builder behind the keras.applications-style constructors."""
     if input_shape is None:
         input_shape = tuple(input_tensor.shape[1:]) if input_tensor is not None else (224, 224, 3)
     input_shape = tuple(input_shape)
@@ -319,61 +340,163 @@ def _application(variant, include_top, weights, input_tensor, input_shape, pooli
             "are learned for one patch grid (use keras_vit.with_image_size to move a model)."
         )
     if input_shape[-1] != 3:
-        raise ValueError(f"keras-vit models take RGB images with 3 channels; input_shape {input_shape} has {input_shape[-1]}.")
-    config = {**VARIANTS[variant], **kwargs}
-    return VisionTransformer(
+        raise ValueError(
+            f"keras-vit models take RGB images with 3 channels; input_shape {input_shape} has {input_shape[-1]}.")
+    return create_model(
+        variant,
         image_size=input_shape[:2],
         classes=classes,
         include_top=include_top,
         classifier_activation=classifier_activation if include_top else None,
         weights=weights,
-        name=name,
+        name=name or PRESETS[variant].constructor.lower(),
         pooling=pooling,
         input_tensor=input_tensor,
-        **config,
+        **kwargs,
     )
 
 
-def _constructor(variant, fn_name):
-    def constructor(include_top=True, weights=None, input_tensor=None, input_shape=None, pooling=None,
-                    classes=1000, classifier_activation="softmax", name=None, **kwargs):
-        return _application(variant, include_top, weights, input_tensor, input_shape, pooling, classes,
-                            classifier_activation, name or fn_name.lower(), **kwargs)
-
-    sizes = VARIANTS[variant]
-    constructor.__name__ = constructor.__qualname__ = fn_name
-    constructor.__doc__ = f"""ViT-{variant} ({sizes['num_layers']} layers, hidden size {sizes['hidden_size']}, \
-{sizes['num_heads']} heads, MLP {sizes['mlp_dim']}{', hybrid ResNet stem ' + str(sizes['resnet']['num_layers']) if 'resnet' in sizes else ''}).
-
+_APPLICATION_DOC = """
     The keras.applications signature; further keywords (classifier, representation_size,
     dropout_rate, drop_path_rate, ...) pass on to `VisionTransformer`.
 
     Args:
         include_top: with the classification head.
         weights: None, a path to an official `.npz` or `.weights.h5`, or a released
-            checkpoint name ("imagenet21k", "imagenet21k+imagenet2012", AugReg names).
+            checkpoint name ("imagenet21k", "imagenet21k+imagenet2012", AugReg names;
+            `keras_vit.presets.PRESETS[variant].weights` lists what exists).
         input_tensor: optional Keras tensor to build the model on.
         input_shape: (height, width, 3), default (224, 224, 3).
         pooling: None (the classifier's own), "token", "gap"/"avg" or "unpooled".
         classes: number of classes of the head.
         classifier_activation: activation of the head; None returns logits.
+        name: the model's name, by default the function's in lower case.
 
     Example:
-    >>> model = keras_vit.{fn_name}(weights=None, classes=10, input_shape=(384, 384, 3))
-    """
-    return constructor
+    >>> model = keras_vit.{fn}(weights=None, classes=10, input_shape=(384, 384, 3))
+"""
 
 
-ViTTi16 = _constructor("Ti/16", "ViTTi16")
-ViTS16 = _constructor("S/16", "ViTS16")
-ViTS32 = _constructor("S/32", "ViTS32")
-ViTB8 = _constructor("B/8", "ViTB8")
-ViTB16 = _constructor("B/16", "ViTB16")
-ViTB32 = _constructor("B/32", "ViTB32")
-ViTL16 = _constructor("L/16", "ViTL16")
-ViTL32 = _constructor("L/32", "ViTL32")
-ViTH14 = _constructor("H/14", "ViTH14")
-R50ViTB16 = _constructor("R50+B/16", "R50ViTB16")
-R26ViTS32 = _constructor("R26+S/32", "R26ViTS32")
-R26ViTB32 = _constructor("R26+B/32", "R26ViTB32")
-RViTTi16 = _constructor("R+Ti/16", "RViTTi16")
+def _documented(variant):
+    """Adds the shared Args section and checks the function is the preset's constructor."""
+    def wrap(fn):
+        if PRESETS[variant].constructor != fn.__name__:
+            raise AssertionError(f"presets name {PRESETS[variant].constructor} for {variant}, not {fn.__name__}")
+        fn.__doc__ = fn.__doc__.rstrip() + "\n" + _APPLICATION_DOC.format(fn=fn.__name__)
+        return fn
+    return wrap
+
+
+# One explicit function per preset (IDEs and docs see them); all call `_application`.
+# tests/test_models.py checks this list against presets.PRESETS.
+
+@_documented("Ti/16")
+def ViTTi16(include_top=True, weights=None, input_tensor=None, input_shape=None, pooling=None, classes=1000,
+            classifier_activation="softmax", name=None, **kwargs):
+    """ViT-Ti/16: 12 layers, hidden size 192, 3 heads, MLP 768 (5.7M parameters)."""
+    return _application("Ti/16", include_top, weights, input_tensor, input_shape, pooling, classes,
+                        classifier_activation, name, **kwargs)
+
+
+@_documented("S/16")
+def ViTS16(include_top=True, weights=None, input_tensor=None, input_shape=None, pooling=None, classes=1000,
+           classifier_activation="softmax", name=None, **kwargs):
+    """ViT-S/16: 12 layers, hidden size 384, 6 heads, MLP 1536 (22.1M parameters)."""
+    return _application("S/16", include_top, weights, input_tensor, input_shape, pooling, classes,
+                        classifier_activation, name, **kwargs)
+
+
+@_documented("S/32")
+def ViTS32(include_top=True, weights=None, input_tensor=None, input_shape=None, pooling=None, classes=1000,
+           classifier_activation="softmax", name=None, **kwargs):
+    """ViT-S/32: 12 layers, hidden size 384, 6 heads, MLP 1536 (22.9M parameters)."""
+    return _application("S/32", include_top, weights, input_tensor, input_shape, pooling, classes,
+                        classifier_activation, name, **kwargs)
+
+
+@_documented("B/8")
+def ViTB8(include_top=True, weights=None, input_tensor=None, input_shape=None, pooling=None, classes=1000,
+          classifier_activation="softmax", name=None, **kwargs):
+    """ViT-B/8: 12 layers, hidden size 768, 12 heads, MLP 3072 (86.6M parameters)."""
+    return _application("B/8", include_top, weights, input_tensor, input_shape, pooling, classes,
+                        classifier_activation, name, **kwargs)
+
+
+@_documented("B/16")
+def ViTB16(include_top=True, weights=None, input_tensor=None, input_shape=None, pooling=None, classes=1000,
+           classifier_activation="softmax", name=None, **kwargs):
+    """ViT-B/16: 12 layers, hidden size 768, 12 heads, MLP 3072 (86.6M parameters)."""
+    return _application("B/16", include_top, weights, input_tensor, input_shape, pooling, classes,
+                        classifier_activation, name, **kwargs)
+
+
+@_documented("B/32")
+def ViTB32(include_top=True, weights=None, input_tensor=None, input_shape=None, pooling=None, classes=1000,
+           classifier_activation="softmax", name=None, **kwargs):
+    """ViT-B/32: 12 layers, hidden size 768, 12 heads, MLP 3072 (88.2M parameters)."""
+    return _application("B/32", include_top, weights, input_tensor, input_shape, pooling, classes,
+                        classifier_activation, name, **kwargs)
+
+
+@_documented("L/16")
+def ViTL16(include_top=True, weights=None, input_tensor=None, input_shape=None, pooling=None, classes=1000,
+           classifier_activation="softmax", name=None, **kwargs):
+    """ViT-L/16: 24 layers, hidden size 1024, 16 heads, MLP 4096 (304.3M parameters)."""
+    return _application("L/16", include_top, weights, input_tensor, input_shape, pooling, classes,
+                        classifier_activation, name, **kwargs)
+
+
+@_documented("L/32")
+def ViTL32(include_top=True, weights=None, input_tensor=None, input_shape=None, pooling=None, classes=1000,
+           classifier_activation="softmax", name=None, **kwargs):
+    """ViT-L/32: 24 layers, hidden size 1024, 16 heads, MLP 4096 (306.5M parameters)."""
+    return _application("L/32", include_top, weights, input_tensor, input_shape, pooling, classes,
+                        classifier_activation, name, **kwargs)
+
+
+@_documented("H/14")
+def ViTH14(include_top=True, weights=None, input_tensor=None, input_shape=None, pooling=None, classes=1000,
+           classifier_activation="softmax", name=None, **kwargs):
+    """ViT-H/14: 32 layers, hidden size 1280, 16 heads, MLP 5120 (632.0M parameters)."""
+    return _application("H/14", include_top, weights, input_tensor, input_shape, pooling, classes,
+                        classifier_activation, name, **kwargs)
+
+
+@_documented("R50+B/16")
+def R50ViTB16(include_top=True, weights=None, input_tensor=None, input_shape=None, pooling=None, classes=1000,
+              classifier_activation="softmax", name=None, **kwargs):
+    """R50+ViT-B/16: ResNet-50 stem (3, 4, 9), then ViT-B on its 1x1 patches (98.7M parameters)."""
+    return _application("R50+B/16", include_top, weights, input_tensor, input_shape, pooling, classes,
+                        classifier_activation, name, **kwargs)
+
+
+@_documented("R50+L/32")
+def R50ViTL32(include_top=True, weights=None, input_tensor=None, input_shape=None, pooling=None, classes=1000,
+              classifier_activation="softmax", name=None, **kwargs):
+    """R50+ViT-L/32: ResNet-50 stem (3, 4, 6, 3), then ViT-L on its 1x1 patches (329.0M parameters)."""
+    return _application("R50+L/32", include_top, weights, input_tensor, input_shape, pooling, classes,
+                        classifier_activation, name, **kwargs)
+
+
+@_documented("R26+S/32")
+def R26ViTS32(include_top=True, weights=None, input_tensor=None, input_shape=None, pooling=None, classes=1000,
+              classifier_activation="softmax", name=None, **kwargs):
+    """R26+ViT-S/32: ResNet-26 stem (2, 2, 2, 2), then ViT-S on its 1x1 patches (36.4M parameters)."""
+    return _application("R26+S/32", include_top, weights, input_tensor, input_shape, pooling, classes,
+                        classifier_activation, name, **kwargs)
+
+
+@_documented("R26+B/32")
+def R26ViTB32(include_top=True, weights=None, input_tensor=None, input_shape=None, pooling=None, classes=1000,
+              classifier_activation="softmax", name=None, **kwargs):
+    """R26+ViT-B/32: ResNet-26 stem (2, 2, 2, 2), then ViT-B on its 1x1 patches (101.4M parameters)."""
+    return _application("R26+B/32", include_top, weights, input_tensor, input_shape, pooling, classes,
+                        classifier_activation, name, **kwargs)
+
+
+@_documented("R+Ti/16")
+def RViTTi16(include_top=True, weights=None, input_tensor=None, input_shape=None, pooling=None, classes=1000,
+             classifier_activation="softmax", name=None, **kwargs):
+    """R+ViT-Ti/16: the ResNet root block only (stride 2), then ViT-Ti on 8x8 patches (6.3M parameters)."""
+    return _application("R+Ti/16", include_top, weights, input_tensor, input_shape, pooling, classes,
+                        classifier_activation, name, **kwargs)

@@ -1,5 +1,8 @@
 """Position embeddings at a new resolution: resampling the grid, and moving whole models.
 
+`copy_weights` copies one keras-vit model into another of the same architecture, resampling
+the position embeddings when the grids differ; `with_image_size` builds on it.
+
 "official" reproduces the official fine-tuning code (`vit_jax/checkpoint.py`):
 `scipy.ndimage.zoom(grid, (new_h / old_h, new_w / old_w, 1), order=1)`, a bilinear
 interpolation whose sample points align the grid's corners. "bilinear" and "bicubic"
@@ -10,6 +13,8 @@ import logging
 import math
 
 import numpy as np
+
+from keras_vit._common import format_keys, to_pair
 
 METHODS = ("official", "bilinear", "bicubic")
 
@@ -73,7 +78,8 @@ def _resample_grid(grid, new_grid, method):
     return np.einsum("jw,iwd->ijd", cols, out)
 
 
-def _infer_grid(num_patches, like=None):
+def infer_grid(num_patches, like=None):
+    """The (rows, cols) of `num_patches` position embeddings: square, or of the aspect ratio of `like`."""
     side = math.isqrt(num_patches)
     if side * side == num_patches:
         return side, side
@@ -116,7 +122,7 @@ def resample_position_embeddings(posemb, new_grid, *, old_grid=None, num_prefix_
         raise ValueError(f"position embeddings must be (1, tokens, dim) or (tokens, dim), got {posemb.shape}.")
     new_grid = (new_grid, new_grid) if isinstance(new_grid, int) else tuple(int(g) for g in new_grid)
     prefix, grid = posemb[:, :num_prefix_tokens], posemb[0, num_prefix_tokens:]
-    old_grid = _infer_grid(len(grid), like=new_grid) if old_grid is None else tuple(int(g) for g in old_grid)
+    old_grid = infer_grid(len(grid), like=new_grid) if old_grid is None else tuple(int(g) for g in old_grid)
     if old_grid[0] * old_grid[1] != len(grid):
         raise ValueError(
             f"old_grid {old_grid} holds {old_grid[0] * old_grid[1]} positions, but the embeddings have "
@@ -137,11 +143,57 @@ def with_image_size(model, image_size, *, method="official"):
     Example:
     >>> model_384 = with_image_size(keras_vit.ViTB16(), 384)
     """
-    from keras_vit.checkpoints import copy_weights
-    from keras_vit.layers import _pair
-
     config = model.get_config()
-    config["image_size"] = _pair(image_size, "image_size")
+    config["image_size"] = to_pair(image_size, "image_size")
     new = type(model).from_config(config)
     copy_weights(model, new, method=method)
     return new
+
+
+def copy_weights(source, target, *, method="official"):
+    """Copies weights between two keras-vit models of the same architecture.
+
+    Position embeddings are resampled when the patch grids differ; a head of another
+    class count is kept as the target has it. Returns a report like `load_official_npz`.
+    """
+    src = {v.path: v for v in source.weights}
+    plan, problems = [], []
+    report = {"loaded": [], "kept": [], "dropped": [], "resampled": []}
+    for variable in target.weights:
+        s = src.pop(variable.path, None)
+        if s is None:
+            if variable.path.startswith("head/"):
+                report["kept"].append(variable.path)
+            else:
+                problems.append(f"{variable.path} missing in the source")
+        elif tuple(s.shape) == tuple(variable.shape):
+            plan.append((variable, s, None))
+        elif variable.path.startswith("head/"):
+            report["kept"].append(f"{variable.path} (target {tuple(variable.shape)}, source {tuple(s.shape)})")
+        elif variable.path == "patch_encoder/pos_embedding" and s.shape[-1] == variable.shape[-1]:
+            old_grid = source.patch_encoder.grid_size
+            plan.append((variable, s, old_grid))
+            new_grid = target.patch_encoder.grid_size
+            report["resampled"].append(
+                f"position embeddings {old_grid[0]}x{old_grid[1]} -> {new_grid[0]}x{new_grid[1]} ({method})")
+        else:
+            problems.append(f"{variable.path}: target {tuple(variable.shape)}, source {tuple(s.shape)}")
+    for path in src:
+        if path.startswith(("head/", "pre_logits/")):
+            report["dropped"].append(path)
+        else:
+            problems.append(f"{path} has no place in the target")
+    if problems:
+        raise ValueError(
+            f"Cannot copy weights from {source.name!r} to {target.name!r}: {format_keys(problems)}. "
+            "The target was left unchanged."
+        )
+    for variable, s, old_grid in plan:
+        value = s.numpy()
+        if old_grid is not None:
+            value = resample_position_embeddings(
+                value, target.patch_encoder.grid_size, old_grid=old_grid,
+                num_prefix_tokens=target.num_prefix_tokens, method=method)
+        variable.assign(value.astype(variable.dtype))
+        report["loaded"].append(variable.path)
+    return report

@@ -8,7 +8,8 @@ stages of bottleneck units (the first stage with stride 1, later ones with strid
 import keras
 from keras import ops
 
-from keras_vit.layers import _pair, _register
+from keras_vit._common import register as _register
+from keras_vit._common import to_pair as _pair
 
 GROUPS = 32
 GN_EPSILON = 1e-6

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import os
 import shutil
@@ -11,6 +12,7 @@ import keras_vit
 from conftest import DATA, ROOT, randomize, tiny_vit
 from keras_vit.checkpoints import (from_official_config, load_official_npz, load_weights, official_key,
                                    resolve_weights, save_official_npz)
+from keras_vit.presets import PRESETS
 
 OFFICIAL = DATA / "official"
 CASES = ["vit_token_prelogits", "vit_gap_current_names", "hybrid_r2_token"]
@@ -214,7 +216,7 @@ def test_named_weights_are_fetched_once_into_the_keras_cache(tmp_path, monkeypat
     released = randomize(keras_vit.ViTTi16(classes=21, classifier_activation=None, representation_size=192))
     save_official_npz(released, mirror / "ViT-Ti_16.npz")
     monkeypatch.setenv("KERAS_VIT_WEIGHTS_URL", (tmp_path / "mirror").as_uri())
-    monkeypatch.setattr("keras_vit.checkpoints._IMAGENET21K", ("Ti/16",))
+    monkeypatch.setitem(PRESETS, "Ti/16", dataclasses.replace(PRESETS["Ti/16"], weights=("imagenet21k",)))
     import keras
 
     (tmp_path / "keras_home").mkdir()

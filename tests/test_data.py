@@ -1,5 +1,4 @@
 import io
-import os
 import tarfile
 
 import numpy as np

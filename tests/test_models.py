@@ -9,22 +9,10 @@ import pytest
 import keras_vit
 from conftest import ROOT, randomize, tiny_vit
 
-# Counted by the official implementation from its own init (vit_jax/models_test.py), 1000 classes, 224x224.
-OFFICIAL_PARAMETERS = {
-    "ViTTi16": 5_717_416,
-    "ViTS16": 22_050_664,
-    "ViTS32": 22_878_952,
-    "ViTB16": 86_567_656,
-    "ViTB32": 88_224_232,
-    "ViTB8": 86_576_872,
-    "ViTL16": 304_326_632,
-    "ViTL32": 306_535_400,
-    "ViTH14": 632_045_800,
-    "R50ViTB16": 98_659_112,
-    "R26ViTS32": 36_431_912,
-    "R26ViTB32": 101_383_976,
-    "RViTTi16": 6_337_704,
-}
+from keras_vit.presets import PRESETS
+
+# The official implementation's counts (1000 classes, 224x224), from the presets table.
+OFFICIAL_PARAMETERS = {preset.constructor: preset.parameters for preset in PRESETS.values()}
 
 
 @pytest.mark.parametrize("constructor,count", OFFICIAL_PARAMETERS.items())
@@ -36,6 +24,30 @@ def test_parameter_counts_equal_the_official_implementation(constructor, count):
 
 def test_b16_at_384_has_the_official_parameter_count():
     assert keras_vit.ViTB16(input_shape=(384, 384, 3)).count_params() == 86_859_496
+
+
+def test_every_preset_has_its_explicit_constructor():
+    import inspect
+
+    for variant, preset in PRESETS.items():
+        constructor = getattr(keras_vit, preset.constructor)
+        assert inspect.isfunction(constructor) and constructor.__module__ == "keras_vit.models"
+        assert f"ViT-{variant.split('+')[-1]}" in constructor.__doc__.splitlines()[0]
+        assert "Args:" in constructor.__doc__ and f"keras_vit.{preset.constructor}(" in constructor.__doc__
+    assert keras_vit.VARIANTS == {v: p.sizes for v, p in PRESETS.items()}
+
+
+def test_the_variant_is_stored_in_the_config_not_guessed():
+    model = keras_vit.ViTTi16(input_shape=(32, 32, 3), classes=3)
+    assert model.variant == "Ti/16" and model.get_config()["variant"] == "Ti/16"
+    assert keras_vit.VisionTransformer.from_config(model.get_config()).variant == "Ti/16"
+    assert keras_vit.create_model("ViT-Ti_16", image_size=32, classes=3, dropout_rate=0.1).variant == "Ti/16"
+    # other sizes are another model: no variant, so no named weights are looked up for it
+    assert keras_vit.create_model("Ti/16", image_size=32, num_layers=2).variant is None
+    assert tiny_vit().variant is None
+    with pytest.raises(ValueError, match=r"variant='Ti/16' does not describe this model: num_layers=2"):
+        keras_vit.VisionTransformer(image_size=32, patch_size=16, hidden_size=192, num_layers=2, num_heads=3,
+                                    mlp_dim=768, variant="Ti/16")
 
 
 def test_create_model_accepts_official_names():

@@ -1,0 +1,94 @@
+"""What a variant is, in one table: sizes, official name, released checkpoints, fine-tune settings.
+
+The constructors (`keras_vit.ViTB16`, ...), `create_model`, the named weights
+(`weights="imagenet21k"`, ...) and the parameter-count tests are all read from `PRESETS`.
+Plain data, no Keras: every other module may import it.
+
+Example:
+>>> PRESETS["B/16"].official_name, PRESETS["B/16"].parameters
+('ViT-B_16', 86567656)
+"""
+
+import dataclasses
+
+NAMED_WEIGHTS = ("imagenet21k", "imagenet21k+imagenet2012", "augreg", "augreg+imagenet2012")
+
+_R50 = {"num_layers": (3, 4, 9), "width_factor": 1}
+_R26 = {"num_layers": (2, 2, 2, 2), "width_factor": 1}
+_I21K = ("imagenet21k", "imagenet21k+imagenet2012")
+_AUGREG = ("augreg", "augreg+imagenet2012")
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """One variant of the paper (or of "How to train your ViT?").
+
+    sizes: VisionTransformer's size arguments (vit_jax/configs/models.py).
+    official_name: the checkpoints' file stem, e.g. "ViT-B_16".
+    constructor: the keras.applications-style function's name, e.g. "ViTB16".
+    parameters: the official implementation's own count, 1000 classes, 224x224.
+    weights: the NAMED_WEIGHTS released for it.
+    augreg: the recommended AugReg checkpoint's file stem, or None.
+    augreg_finetune_lr: the learning rate in its ImageNet-2012 fine-tune's file name.
+    finetune_224: whether an imagenet21k+imagenet2012 fine-tune at 224 (`-224`) was released.
+    """
+
+    sizes: dict
+    official_name: str
+    constructor: str
+    parameters: int
+    weights: tuple = ()
+    augreg: str = None
+    augreg_finetune_lr: str = None
+    finetune_224: bool = False
+
+
+def _vit(patch, hidden, layers, heads, mlp, resnet=None):
+    sizes = dict(patch_size=patch, hidden_size=hidden, num_layers=layers, num_heads=heads, mlp_dim=mlp)
+    return sizes if resnet is None else dict(sizes, resnet=resnet)
+
+
+# Parameter counts: counted by the official implementation from its own init
+# (vit_jax/models_test.py); R50+L/32's is our model's (its hybrids match the official
+# counts), equal to timm's vit_large_r50_s32_224 (328.99M).
+PRESETS = {
+    "Ti/16": Preset(_vit(16, 192, 12, 3, 768), "ViT-Ti_16", "ViTTi16", 5_717_416, _AUGREG,
+                    "Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0", "0.03"),
+    "S/16": Preset(_vit(16, 384, 12, 6, 1536), "ViT-S_16", "ViTS16", 22_050_664, _AUGREG,
+                   "S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0", "0.03"),
+    "S/32": Preset(_vit(32, 384, 12, 6, 1536), "ViT-S_32", "ViTS32", 22_878_952, _AUGREG,
+                   "S_32-i21k-300ep-lr_0.001-aug_none-wd_0.1-do_0.0-sd_0.0", "0.01"),
+    "B/8": Preset(_vit(8, 768, 12, 12, 3072), "ViT-B_8", "ViTB8", 86_576_872),
+    "B/16": Preset(_vit(16, 768, 12, 12, 3072), "ViT-B_16", "ViTB16", 86_567_656, _I21K + _AUGREG,
+                   "B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0", "0.03", finetune_224=True),
+    "B/32": Preset(_vit(32, 768, 12, 12, 3072), "ViT-B_32", "ViTB32", 88_224_232, _I21K + _AUGREG,
+                   "B_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0", "0.01"),
+    "L/16": Preset(_vit(16, 1024, 24, 16, 4096), "ViT-L_16", "ViTL16", 304_326_632, _I21K + _AUGREG,
+                   "L_16-i21k-300ep-lr_0.001-aug_strong1-wd_0.1-do_0.0-sd_0.0", "0.01", finetune_224=True),
+    "L/32": Preset(_vit(32, 1024, 24, 16, 4096), "ViT-L_32", "ViTL32", 306_535_400, _I21K),
+    "H/14": Preset(_vit(14, 1280, 32, 16, 5120), "ViT-H_14", "ViTH14", 632_045_800, _I21K),
+    "R50+B/16": Preset(_vit(1, 768, 12, 12, 3072, _R50), "R50+ViT-B_16", "R50ViTB16", 98_659_112, _I21K),
+    "R50+L/32": Preset(_vit(1, 1024, 24, 16, 4096, {"num_layers": (3, 4, 6, 3), "width_factor": 1}),
+                       "R50+ViT-L_32", "R50ViTL32", 328_994_856, _AUGREG,
+                       "R50_L_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1", "0.01"),
+    "R26+S/32": Preset(_vit(1, 384, 12, 6, 1536, _R26), "R26+ViT-S_32", "R26ViTS32", 36_431_912, _AUGREG,
+                       "R26_S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0", "0.01"),
+    "R26+B/32": Preset(_vit(1, 768, 12, 12, 3072, _R26), "R26+ViT-B_32", "R26ViTB32", 101_383_976),
+    "R+Ti/16": Preset(_vit(8, 192, 12, 3, 768, {"num_layers": (), "width_factor": 1}), "R+ViT-Ti_16", "RViTTi16",
+                      6_337_704, _AUGREG, "R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0", "0.03"),
+}
+
+# The official configurations' sizes, by variant (the public `keras_vit.VARIANTS`).
+VARIANTS = {name: preset.sizes for name, preset in PRESETS.items()}
+
+
+def canonical_variant(name):
+    """'ViT-B_16', 'vit-b/16', 'B16' or 'R50+ViT-B_16' -> the key of PRESETS."""
+    key = str(name).strip().upper().replace("VIT-", "").replace("VIT", "").replace("_", "/").lstrip("-")
+    if "/" not in key:  # B16 -> B/16
+        head = key.rstrip("0123456789")
+        key = f"{head}/{key[len(head):]}"
+    table = {k.upper(): k for k in PRESETS}
+    if key not in table:
+        raise ValueError(f"Unknown ViT variant {name!r}. Known variants: {', '.join(PRESETS)}.")
+    return table[key]

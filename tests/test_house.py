@@ -1,0 +1,122 @@
+"""The house rules, checked on the source: imports point one way (no cycles, counting
+imports inside functions), no module reaches for another module's private names, and
+ruff is clean."""
+
+import ast
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "keras_vit"
+
+
+def _modules():
+    return {f"keras_vit.{p.stem}" if p.stem != "__init__" else "keras_vit": p
+            for p in sorted(PACKAGE.glob("*.py"))}
+
+
+def _imports(module, path):
+    """(imported module, [imported names], line) for every import in a file, at any depth."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = module if path.stem == "__init__" else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, [], node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            names = [alias.name for alias in node.names]
+            found.append((base, names, node.lineno))
+    return found
+
+
+def _graph():
+    """{module: {imported keras_vit module: line}}; `from keras_vit import data` counts as data."""
+    modules = _modules()
+    graph = {m: {} for m in modules}
+    for module, path in modules.items():
+        for base, names, line in _imports(module, path):
+            targets = [base] if base in modules else []
+            targets += [f"{base}.{n}" for n in names if f"{base}.{n}" in modules]
+            for target in targets:
+                if target != module and target != "keras_vit":
+                    graph[module].setdefault(target, line)
+    return graph
+
+
+def find_cycle(graph):
+    """One import cycle as a list of modules (first == last), or None."""
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                cycle = visit(nxt)
+                if cycle:
+                    return cycle
+        stack.pop()
+        state[node] = "done"
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            cycle = visit(node)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    graph = {"a": {"b": 1}, "b": {"c": 2}, "c": {"a": 3}, "d": {"a": 4}}
+    assert find_cycle(graph) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b": 1}, "b": {}}) is None
+
+
+def test_the_graph_sees_imports_inside_functions(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text("def f():\n    from keras_vit.models import VisionTransformer\n    import keras_vit.data\n")
+    found = _imports("keras_vit.m", path)
+    assert ("keras_vit.models", ["VisionTransformer"], 2) in found
+    assert ("keras_vit.data", [], 3) in found
+
+
+def test_no_import_cycles_in_the_package():
+    graph = _graph()
+    cycle = find_cycle(graph)
+    if cycle:
+        steps = [f"{a} (line {graph[a][b]}) -> {b}" for a, b in zip(cycle, cycle[1:])]
+        pytest.fail("import cycle: " + "; ".join(steps))
+
+
+def test_no_module_imports_another_modules_private_names():
+    """keras_vit/_files.py-style private modules are fine; `_name`s of other modules are not."""
+    crossings = []
+    modules = _modules()
+    for module, path in modules.items():
+        for base, names, line in _imports(module, path):
+            if not base.startswith("keras_vit"):
+                continue
+            for name in names:
+                if name.startswith("_") and f"{base}.{name}" not in modules and name != "__version__":
+                    crossings.append(f"{path.name}:{line} imports {name} from {base}")
+    assert not crossings, "private names crossing modules:\n" + "\n".join(crossings)
+
+
+def test_ruff_is_clean():
+    ruff = shutil.which("ruff") or str(pathlib.Path(sys.executable).with_name("ruff"))
+    if not pathlib.Path(ruff).exists():
+        pytest.skip("ruff is not installed (pip install keras-vit[test])")
+    result = subprocess.run([ruff, "check", "keras_vit", "tests", "recipes", "benchmarks"],
+                            cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
