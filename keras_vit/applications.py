@@ -21,13 +21,57 @@ log = logging.getLogger("keras_vit")
 _RESOURCES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resources")
 
 
+# The one definition of the image formats keras-vit reads, for files, folders and archives.
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
+
+
+def scale_pixels(x):
+    """The official scaling, pixels in [0, 255] -> [-1, 1], on float arrays or tensors of any kind.
+
+    `preprocess_input` (Keras tensors), the tf.data pipelines and the exports all use it;
+    `to_pixels` is its inverse.
+    """
+    return x / 127.5 - 1.0
+
+
+def to_pixels(x):
+    """The inverse of `scale_pixels`: model inputs in [-1, 1] -> uint8 pixels (numpy), rounded and clipped.
+
+    Example:
+    >>> to_pixels(np.array([-1.0, 0.0, 1.0]))  # -> [0, 128, 255]
+    """
+    return np.clip(np.round((np.asarray(x, "float32") + 1.0) * 127.5), 0, 255).astype("uint8")
+
+
+def to_rgb(images, origin):
+    """Images with 1 (gray), 2 (gray + alpha), 3 or 4 (RGBA) channels last -> 3 channels, RGB.
+
+    Works on one image (H, W, C) or a batch (N, H, W, C); alpha is dropped. `origin` names
+    the images in the log line and in the error for any other channel count.
+    """
+    images = np.asarray(images)
+    channels = images.shape[-1] if images.ndim else 0
+    if channels == 3:
+        return images
+    if channels == 1:
+        log.info("%s: converted grayscale to RGB", origin)
+        return np.repeat(images, 3, axis=-1)
+    if channels == 2:
+        log.info("%s: converted grayscale+alpha to RGB (alpha dropped)", origin)
+        return np.repeat(images[..., :1], 3, axis=-1)
+    if channels == 4:
+        log.info("%s: converted RGBA to RGB (alpha dropped)", origin)
+        return images[..., :3]
+    raise ValueError(f"{origin} has {channels} channels; expected grayscale, RGB or RGBA.")
+
+
 def preprocess_input(x):
     """Scales RGB pixels in [0, 255] (uint8 or float) to [-1, 1], the official preprocessing.
 
     Example:
     >>> preprocess_input(np.array([0, 255], "uint8"))  # -> [-1., 1.]
     """
-    return ops.cast(x, "float32") / 127.5 - 1.0
+    return scale_pixels(ops.cast(x, "float32"))
 
 
 @functools.lru_cache(maxsize=1)
@@ -98,9 +142,6 @@ def decode_predictions(preds, top=5, class_names=None):
     return results
 
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
-
-
 def load_image(path, size=None):
     """Reads an image file as a uint8 RGB array (height, width, 3).
 
@@ -129,18 +170,7 @@ def load_image(path, size=None):
         image = tf.io.decode_image(data, channels=0, dtype=tf.uint8, expand_animations=False).numpy()
     except (tf.errors.InvalidArgumentError, tf.errors.UnknownError, ValueError) as e:
         raise ValueError(f"{path} is not an image that can be read: {_tf_reason(e)}") from None
-    channels = image.shape[-1]
-    if channels == 1:
-        log.info("%s: converted grayscale to RGB", path)
-        image = np.repeat(image, 3, axis=-1)
-    elif channels == 2:
-        log.info("%s: converted grayscale+alpha to RGB (alpha dropped)", path)
-        image = np.repeat(image[..., :1], 3, axis=-1)
-    elif channels == 4:
-        log.info("%s: converted RGBA to RGB (alpha dropped)", path)
-        image = image[..., :3]
-    elif channels != 3:
-        raise ValueError(f"{path} has {channels} channels; expected grayscale, RGB or RGBA.")
+    image = to_rgb(image, path)
     if size is not None:
         image = resize_images(image[None], size)[0]
     return np.ascontiguousarray(image)

@@ -300,12 +300,40 @@ def fetch_weights(name, variant, image_size=(224, 224)):
     return keras.utils.get_file(fname=fname, origin=url, cache_subdir=os.path.join("models", "vit_models", folder))
 
 
-def _load_keras_file(model, path, method):
-    """Loads a .keras or .weights.h5 saved by keras-vit, resampling to the model's size."""
+def load_keras_model(path):
+    """Loads a keras-vit `.keras` model file, the one way keras-vit does: safe_mode=True, no compile.
+
+    Raises:
+        FileNotFoundError: no file at `path`.
+        ValueError: not a `.keras` archive, one Keras cannot load, or a model that is not a
+            keras_vit.VisionTransformer, naming the file.
+
+    Example:
+    >>> model = load_keras_model("saved_models/vit_cifar10/model.keras")
+    """
     import keras
 
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"model file {path} does not exist.")
+    if not path.endswith(".keras"):
+        raise ValueError(f"{path} is not a .keras model file (save models with model.save('name.keras')).")
+    if not zipfile.is_zipfile(path):  # Keras would report a bad archive as "File not found"
+        raise ValueError(f"{path} is not a .keras model archive (not a zip file).")
+    try:
+        model = keras.models.load_model(path, compile=False, safe_mode=True)
+    except Exception as e:  # Keras raises many types for a bad archive; all mean the same here
+        message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"{path} cannot be loaded as a Keras model: {message}") from None
+    if not isinstance(model, VisionTransformer):
+        raise ValueError(f"{path} holds a {type(model).__name__}, not a keras_vit.VisionTransformer.")
+    return model
+
+
+def _load_keras_file(model, path, method):
+    """Loads a .keras or .weights.h5 saved by keras-vit, resampling to the model's size."""
     if path.endswith(".keras"):
-        source = keras.models.load_model(path, compile=False, safe_mode=True)
+        source = load_keras_model(path)
     else:
         source = _model_at_saved_size(model, path)
         source.load_weights(path)

@@ -14,9 +14,13 @@ import tarfile
 import numpy as np
 import tensorflow as tf
 
+# one definition each, shared with predict and export
+from keras_vit.applications import IMAGE_EXTENSIONS, scale_pixels, to_rgb
+
 log = logging.getLogger("keras_vit")
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+
+ARCHIVE_EXTENSIONS = (".tgz", ".tar", ".tar.gz", ".gz")
 AUTOTUNE = tf.data.AUTOTUNE
 
 
@@ -57,10 +61,7 @@ def _as_rgb_uint8(images, origin):
         images = images[..., None]
     if images.ndim != 4 or images.shape[-1] not in (1, 3, 4):
         raise ValueError(f"{origin}: images must be (N, H, W) or (N, H, W, 1|3|4), got shape {images.shape}.")
-    if images.shape[-1] == 1:
-        images = np.repeat(images, 3, axis=-1)
-    elif images.shape[-1] == 4:
-        images = images[..., :3]
+    images = to_rgb(images, origin)
     if images.dtype != np.uint8:
         if images.size and (images.min() < 0 or images.max() > 255):
             raise ValueError(f"{origin}: pixel values must lie in [0, 255], found [{images.min()}, {images.max()}].")
@@ -148,7 +149,7 @@ def _decode_all(items, origin):
             try:
                 tf.io.decode_image(data, channels=3, expand_animations=False)
             except tf.errors.InvalidArgumentError:
-                raise ValueError(f"{name} is not a readable image (JPEG, PNG, BMP or GIF).") from None
+                raise ValueError(f"{name} is not a readable image ({', '.join(IMAGE_EXTENSIONS)}).") from None
         raise
     return np.stack(images)
 
@@ -262,27 +263,49 @@ def load_tfds(name, splits=("train", "test"), data_dir=None):
     return out
 
 
-def load_data(spec, splits=("train", "test")):
-    """Resolves a data spec: "digits", "tfds:NAME", a folder, a .tar/.tgz, or a tfds name."""
+def data_source(spec):
+    """The one reading of a data spec: what it names, as (kind, value).
+
+    "digits" -> ("digits", None); "tfds:NAME" or a bare name that is no path -> ("tfds",
+    NAME); an existing folder -> ("folder", path); an existing file (a .tar/.tgz) ->
+    ("archive", path). A path that does not exist (it has a separator or an archive's
+    extension) is a ValueError naming it.
+
+    Example:
+    >>> data_source("tfds:cifar10")
+    ('tfds', 'cifar10')
+    """
     spec = os.fspath(spec)
     if spec == "digits":
-        return load_digits()
+        return "digits", None
     if spec.startswith("tfds:"):
-        return load_tfds(spec[len("tfds:"):], splits)
+        return "tfds", spec[len("tfds:"):]
     if os.path.isdir(spec):
-        return load_image_folder(spec, splits)
+        return "folder", spec
     if os.path.isfile(spec):
-        return load_image_archive(spec, splits)
-    if os.sep in spec or spec.endswith((".tgz", ".tar", ".gz")):
+        return "archive", spec
+    if os.sep in spec or spec.endswith(ARCHIVE_EXTENSIONS):
         raise ValueError(f"Data path {spec} does not exist.")
-    return load_tfds(spec, splits)
+    return "tfds", spec
+
+
+def load_data(spec, splits=("train", "test")):
+    """Resolves a data spec (see `data_source`): "digits", "tfds:NAME", a folder, a .tar/.tgz, or a tfds name."""
+    kind, value = data_source(spec)
+    if kind == "digits":
+        return load_digits()
+    if kind == "folder":
+        return load_image_folder(value, splits)
+    if kind == "archive":
+        return load_image_archive(value, splits)
+    return load_tfds(value, splits)
 
 
 # --- preprocessing and augmentation, in the graph -------------------------------------
 
 def to_model_range(images):
     """uint8 [0, 255] -> float32 [-1, 1], as keras_vit.preprocess_input."""
-    return tf.cast(images, tf.float32) / 127.5 - 1.0
+    return scale_pixels(tf.cast(images, tf.float32))
 
 
 def inception_crop(image, size, min_area=0.05, seed=None):
@@ -394,5 +417,5 @@ def _batch_mixer(mixup, cutmix, seed):
 
 __all__ = [
     "Split", "from_arrays", "stratified_split", "load_digits", "load_image_folder", "load_image_archive",
-    "load_tfds", "load_data", "make_dataset", "to_model_range", "inception_crop", "pad_crop", "center_resize",
+    "load_tfds", "data_source", "load_data", "make_dataset", "to_model_range", "inception_crop", "pad_crop", "center_resize",
 ]

@@ -27,7 +27,9 @@ import zipfile
 import numpy as np
 
 from keras_vit._files import atomic_path
-from keras_vit.applications import IMAGE_EXTENSIONS, decode_predictions, load_image, preprocess_input, resize_images
+from keras_vit.checkpoints import load_keras_model
+from keras_vit.applications import (IMAGE_EXTENSIONS, decode_predictions, load_image, preprocess_input, resize_images,
+                                    to_pixels)
 
 log = logging.getLogger("keras_vit")
 
@@ -218,7 +220,7 @@ def _check_pixels(images, what):
         lo, hi = float(np.min(images)), float(np.max(images))
         if lo < 0 and lo >= -1.0 - 1e-3 and hi <= 1.0 + 1e-3:
             log.info("%s are in [-1, 1], preprocessed: mapped back to pixels", what)
-            images = (images.astype("float32") + 1.0) * 127.5
+            return to_pixels(images)
         elif lo >= 0 and hi <= 1.0:
             raise ValueError(
                 f"{what} have values in [{lo:.2f}, {hi:.2f}]: scaled to [0, 1]? Give pixels in 0-255 "
@@ -260,11 +262,19 @@ def _data_split(spec, split, what):
 
 
 def _is_data_spec(path, split):
-    if os.path.isdir(path):
+    """Whether `path` is a data source of keras_vit.data (as `data_source` reads it) rather than
+    images: a folder is one when it has a `split` subfolder; only "tfds:NAME" names a tfds set."""
+    from keras_vit import data
+
+    try:
+        kind, _ = data.data_source(path)
+    except ValueError:
+        return False
+    if kind == "folder":
         return os.path.isdir(os.path.join(path, split))
-    if os.path.isfile(path):
-        return path.lower().endswith((".tgz", ".tar", ".tar.gz"))
-    return path == "digits" or path.startswith("tfds:")
+    if kind == "archive":
+        return path.lower().endswith(data.ARCHIVE_EXTENSIONS)
+    return kind == "digits" or path.startswith("tfds:")
 
 
 def load_image_set(source, image_size, *, class_names=None, classes=None, labelled=True, split="test",
@@ -445,14 +455,9 @@ def _read_metadata(path):
 
 
 def _keras_classifier(path):
-    import keras
     import tensorflow as tf
 
-    try:
-        model = keras.models.load_model(path, compile=False, safe_mode=True)
-    except Exception as e:  # Keras raises many types for damaged archives
-        raise ValueError(f"{path} cannot be loaded as a Keras model: {e}") from None
-    model = _float32_copy(model)
+    model = _float32_copy(load_keras_model(path))
     graph = _Graph(model)
     serve = tf.function(graph.serving_function(resize=True), input_signature=[graph.input_spec(resize=True)])
 
@@ -701,15 +706,10 @@ def _format_of(path, format):
 def _load_model(model):
     if not isinstance(model, (str, os.PathLike)):
         return model, getattr(model, "name", None)
-    import keras
-
     path = os.fspath(model)
     if model_format(path) != "keras":
         raise ValueError(f"{path}: export takes a Keras model (.keras file), not a {model_format(path)} export.")
-    try:
-        return keras.models.load_model(path, compile=False, safe_mode=True), path
-    except Exception as e:
-        raise ValueError(f"{path} cannot be loaded as a Keras model: {e}") from None
+    return load_keras_model(path), path
 
 
 def export_model(model, path, format=None, *, quantize=None, attention=False, representative_images=None,

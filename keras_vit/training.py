@@ -433,7 +433,7 @@ def prepare_data(config):
 
     train_name, test_name = config["train_split"], config["test_split"]
     fraction = config["validation_split"]
-    if _is_tfds(config["data"]) and fraction:
+    if data_lib.data_source(config["data"])[0] == "tfds" and fraction:
         # tfds slicing holds out validation data without reading the split into memory
         pct = int(round(fraction * 100))
         names = (f"{train_name}[{pct}%:]", test_name, f"{train_name}[:{pct}%]")
@@ -457,12 +457,6 @@ def prepare_data(config):
         if len(split) == 0:
             raise ValueError(f"{split.origin}: no images; refusing to train on zero examples.")
     return train, validation, test
-
-
-def _is_tfds(spec):
-    spec = str(spec)
-    return spec.startswith("tfds:") or not (spec == "digits" or os.path.exists(spec) or os.sep in spec
-                                            or spec.endswith((".tgz", ".tar", ".gz")))
 
 
 def build_model(config, class_names):

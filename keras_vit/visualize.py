@@ -34,7 +34,6 @@ import json
 import logging
 import math
 import os
-import zipfile
 
 import numpy as np
 
@@ -423,28 +422,14 @@ def load_images(paths, image_size):
 
 
 def load_model(path):
-    """Loads a keras-vit `.keras` model file; errors name the file.
+    """Loads a keras-vit `.keras` model file; errors name the file (`keras_vit.checkpoints.load_keras_model`).
 
     Example:
     >>> model = load_model("saved_models/vit_cifar10/model.keras")
     """
-    import keras
+    from keras_vit.checkpoints import load_keras_model
 
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"model file {path} does not exist.")
-    if not path.endswith(".keras"):
-        raise ValueError(f"{path} is not a .keras model file (save models with model.save('name.keras')).")
-    if not zipfile.is_zipfile(path):  # Keras would report a bad archive as "File not found"
-        raise ValueError(f"{path} is not a .keras model archive (not a zip file).")
-    try:
-        model = keras.models.load_model(path, compile=False)
-    except Exception as e:  # Keras raises many types for a bad archive; all mean the same here
-        message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ValueError(f"{path} could not be loaded as a Keras model: {message}") from None
-    if not isinstance(model, _vit_class()):
-        raise ValueError(f"{path} holds a {type(model).__name__}, not a keras_vit.VisionTransformer.")
-    return model
+    return load_keras_model(path)
 
 
 def _write_json(path, data):
@@ -681,7 +666,9 @@ def save_figures(model, out_dir, images=None, names=None, *, batch_size=16, num_
     source = _read_out(model)
     maps, distances = _reduce_attention(model, images, batch_size)
     upsampled = _upsample(maps, model.image_size)
-    pixels = np.clip(np.round((images + 1.0) * 127.5), 0, 255).astype(np.uint8)
+    from keras_vit.applications import to_pixels
+
+    pixels = to_pixels(images)
     predictions = _predictions(model, images, batch_size)
     p = paths("attention_rollout")
     _write_npz(p["npz"], maps=maps, upsampled=upsampled, images=pixels, names=np.array(names))

@@ -167,3 +167,48 @@ def test_shipped_models_load_with_keras_and_tf_keras(name):
         decoded = keras_vit.decode_predictions(preds, top=1, class_names=model)
         correct = sum(d[0][0] == y for d, y in zip(decoded, labels))
         assert correct >= 6, f"{correct}/20 of the committed CIFAR-10 test images (chance: 2)"
+
+
+def test_pixel_scaling_and_its_inverse_are_one_definition():
+    from keras_vit.applications import scale_pixels, to_pixels
+
+    pixels = np.arange(256, dtype="uint8")
+    np.testing.assert_array_equal(to_pixels(scale_pixels(pixels.astype("float32"))), pixels)
+    np.testing.assert_array_equal(to_pixels(keras.ops.convert_to_numpy(keras_vit.preprocess_input(pixels))), pixels)
+    assert to_pixels(np.array([-1.5, 1.5])).tolist() == [0, 255]  # clipped, not wrapped
+    from keras_vit import data
+
+    scaled = data.to_model_range(tf.constant(pixels)).numpy()
+    np.testing.assert_array_equal(scaled, scale_pixels(pixels.astype("float32")))
+
+
+def test_to_rgb_is_shared_by_files_and_arrays():
+    from keras_vit import data
+    from keras_vit.applications import IMAGE_EXTENSIONS, to_rgb
+
+    gray = np.arange(12, dtype="uint8").reshape(1, 2, 2, 3)[..., :1]
+    assert to_rgb(gray, "gray").shape == (1, 2, 2, 3) and np.all(to_rgb(gray, "gray")[..., 2] == gray[..., 0])
+    assert to_rgb(np.zeros((2, 2, 4), "uint8"), "rgba").shape == (2, 2, 3)
+    with pytest.raises(ValueError, match="five has 5 channels"):
+        to_rgb(np.zeros((2, 2, 5)), "five")
+    # a training folder reads what `predict` reads
+    assert data.IMAGE_EXTENSIONS is IMAGE_EXTENSIONS and ".webp" in IMAGE_EXTENSIONS
+
+
+def test_keras_files_load_one_way_with_one_error(tmp_path):
+    from keras_vit.checkpoints import load_keras_model
+    from keras_vit.visualize import load_model
+
+    model = tiny_vit()
+    model.save(tmp_path / "vit.keras")
+    assert isinstance(load_keras_model(tmp_path / "vit.keras"), keras_vit.VisionTransformer)
+    other = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    other.save(tmp_path / "dense.keras")
+    for load in (load_keras_model, load_model):
+        with pytest.raises(ValueError, match=r"dense\.keras holds a Sequential, not a keras_vit\.VisionTransformer"):
+            load(tmp_path / "dense.keras")
+    (tmp_path / "junk.keras").write_text("no zip")
+    with pytest.raises(ValueError, match=r"junk\.keras is not a \.keras model archive"):
+        load_keras_model(tmp_path / "junk.keras")
+    with pytest.raises(FileNotFoundError, match=r"missing\.keras does not exist"):
+        load_keras_model(tmp_path / "missing.keras")

@@ -70,6 +70,19 @@ def test_image_folder(tmp_path):
     assert np.bincount(splits["test"].labels).tolist() == [4, 4, 4]
 
 
+def test_one_data_source_grammar(tmp_path):
+    folder = _make_folder(tmp_path / "ds")
+    assert data.data_source("digits") == ("digits", None)
+    assert data.data_source("tfds:cifar10") == ("tfds", "cifar10")
+    assert data.data_source("cifar100") == ("tfds", "cifar100")
+    assert data.data_source(str(folder)) == ("folder", str(folder))
+    (tmp_path / "a.tgz").write_bytes(b"")
+    assert data.data_source(str(tmp_path / "a.tgz")) == ("archive", str(tmp_path / "a.tgz"))
+    for missing in (tmp_path / "nowhere", "gone.tgz"):
+        with pytest.raises(ValueError, match=r"Data path .*(nowhere|gone\.tgz) does not exist"):
+            data.data_source(missing)
+
+
 def test_image_folder_errors_name_the_path(tmp_path):
     with pytest.raises(ValueError, match=r"Data folder .*missing does not exist"):
         data.load_image_folder(tmp_path / "missing")
