@@ -97,23 +97,21 @@ class _Graph:
     No numerics are re-implemented: the model's own layers run."""
 
     def __init__(self, model, attention=False):
-        import keras
-
         self.model = model
         self.image_size = _check_exportable(model)
-        self.logits = keras.Model(model.input, model.get_layer("head").output, name=f"{model.name}_logits")
+        # the model's feature API (VisionTransformer.stage_model / forward_blocks), not layer names
+        self.logits = model.stage_model("images", "logits")
         self.attention = bool(attention)
         if self.attention:
-            blocks = model.blocks
-            self._stem = keras.Model(model.input, blocks[0].input)
-            self._blocks = blocks
-            self._tail = keras.Model(blocks[-1].output, model.get_layer("head").output)
+            self._stem = model.stage_model("images", "embedded")
+            self._num_blocks = model.num_layers
+            self._tail = model.stage_model("encoded", "logits")
 
     @property
     def output_names(self):
         names = ["logits", "probabilities"]
         if self.attention:
-            names += [f"attention_{i}" for i in range(len(self._blocks))]
+            names += [f"attention_{i}" for i in range(self._num_blocks)]
         return names
 
     def __call__(self, x):
@@ -123,8 +121,7 @@ class _Graph:
         outputs = {}
         if self.attention:
             x = self._stem(x)
-            for i, block in enumerate(self._blocks):
-                x, probs = block(x, return_attention_scores=True)
+            for i, (x, probs) in enumerate(self.model.forward_blocks(x, return_attention=True)):
                 outputs[f"attention_{i}"] = tf.cast(probs, tf.float32)
             logits = self._tail(x)
         else:

@@ -48,6 +48,29 @@ def _normalize_resnet(resnet):
     return {"num_layers": num_layers, "width_factor": resnet.get("width_factor", 1)}
 
 
+class _Stages:
+    """The model's cut-point tensors and the sub-models between them, built once each."""
+
+    ORDER = ("images", "embedded", "encoded", "features", "pre_logits", "logits")
+
+    def __init__(self, tensors):
+        self.tensors = tensors
+        self.models = {}
+
+    def model(self, owner, start, end):
+        for point in (start, end):
+            if point not in self.ORDER:
+                raise ValueError(f"Unknown cut point {point!r}; use one of {self.ORDER}.")
+            if point not in self.tensors:
+                raise ValueError(f"{owner.name!r} has no {point!r} (include_top={owner.include_top}).")
+        if self.ORDER.index(start) >= self.ORDER.index(end):
+            raise ValueError(f"{start!r} does not come before {end!r}; the order is {self.ORDER}.")
+        if (start, end) not in self.models:
+            self.models[start, end] = keras.Model(
+                self.tensors[start], self.tensors[end], name=f"{owner.name}_{start}_to_{end}")
+        return self.models[start, end]
+
+
 def _size_mismatches(sizes, config):
     """The size arguments in which `config` differs from a preset's `sizes`."""
     differ = []
@@ -206,6 +229,7 @@ class VisionTransformer(keras.Model):
             x = resnet_stem(x, **resnet)
         x = PatchEncoder(hidden_size, patch_size, class_token=classifier == "token", name="patch_encoder")(x)
         x = keras.layers.Dropout(dropout_rate, name="encoder_dropout")(x)
+        stages = {"images": inputs, "embedded": x}  # the feature API's cut points (see `stage_model`)
         for i in range(num_layers):
             x = TransformerBlock(
                 num_heads,
@@ -217,7 +241,9 @@ class VisionTransformer(keras.Model):
                 attention_implementation=attention_implementation,
                 name=f"encoderblock_{i}",
             )(x)
+        stages["encoded"] = x
         x = keras.layers.LayerNormalization(epsilon=1e-6, name="encoder_norm")(x)
+        stages["features"] = x
 
         pool = pooling or classifier
         prefix = int(classifier == "token")
@@ -227,16 +253,20 @@ class VisionTransformer(keras.Model):
             x = ops.mean(x[:, prefix:] if prefix else x, axis=1)
         if representation_size is not None:
             x = keras.layers.Dense(representation_size, activation="tanh", name="pre_logits")(x)
+        stages["pre_logits"] = x
         if include_top:
             mixed = keras.mixed_precision.global_policy().compute_dtype != "float32"
             head_dtype = "float32" if mixed else None
             x = keras.layers.Dense(
                 classes, kernel_initializer="zeros", bias_initializer="zeros", name="head", dtype=head_dtype
             )(x)
+            stages["logits"] = x
             if classifier_activation is not None:
                 x = keras.layers.Activation(classifier_activation, name="predictions", dtype=head_dtype)(x)
 
         super().__init__(inputs=inputs, outputs=x, name=name, **kwargs)
+        # a plain holder: Keras would track a dict of tensors or of sub-models as sublayers
+        self._stages = _Stages(stages)
 
         self.image_size = image_size
         self.patch_size = patch_size
@@ -274,6 +304,68 @@ class VisionTransformer(keras.Model):
     @property
     def num_prefix_tokens(self):
         return int(self.classifier == "token")
+
+    # -- the feature API: what export, visualize and fine-tuning code ask the model for ---------
+    # Cut points of the graph, in order: "images" -> [stem, patch encoder, dropout] ->
+    # "embedded" (the first block's input) -> blocks -> "encoded" (the last block's output) ->
+    # LayerNorm -> "features" (B, T, D) -> pooling [+ pre-logits] -> "pre_logits" (the head's
+    # input) -> head -> "logits" (before any classifier_activation; only with include_top).
+
+    def stage_model(self, start="images", end="logits"):
+        """A Keras model from one cut point of this model to a later one, sharing its layers.
+
+        start, end: "images", "embedded", "encoded", "features", "pre_logits", "logits".
+
+        Example:
+        >>> logits = model.stage_model("images", "logits")(images)  # without the softmax
+        """
+        return self._stages.model(self, start, end)
+
+    def forward_features(self, images, training=False):
+        """Images in [-1, 1] -> the encoded tokens after the final LayerNorm, (B, T, D)."""
+        return self.stage_model("images", "features")(images, training=training)
+
+    def forward_head(self, features, pre_logits=False, training=False):
+        """`forward_features`' tokens -> logits (before any activation), or with `pre_logits`
+        the pooled representation the head reads."""
+        return self.stage_model("features", "pre_logits" if pre_logits else "logits")(features, training=training)
+
+    def forward_blocks(self, tokens, return_attention=False, training=False):
+        """Yields each block's output (and, with `return_attention`, its attention
+        probabilities (B, heads, T, T), float32) for tokens at "embedded", block by block,
+        so a consumer may hold one layer at a time."""
+        for block in self.blocks:
+            if return_attention:
+                tokens, probs = block(tokens, training=training, return_attention_scores=True)
+                yield tokens, probs
+            else:
+                tokens = block(tokens, training=training)
+                yield tokens, None
+
+    def forward_intermediates(self, images, return_attention=False, training=False):
+        """Everything along the way, as a dict (timm's forward_intermediates, big_vision's `out`).
+
+        Keys: "embedded", "blocks" (list of each block's output), "attention" (list of
+        (B, heads, T, T) float32, with `return_attention`), "features", "pre_logits" and,
+        with include_top, "logits". The values equal the full model's.
+
+        Example:
+        >>> out = model.forward_intermediates(images, return_attention=True)
+        >>> len(out["attention"]) == model.num_layers
+        True
+        """
+        out = {"embedded": self.stage_model("images", "embedded")(images, training=training)}
+        x, out["blocks"], attention = out["embedded"], [], []
+        for x, probs in self.forward_blocks(x, return_attention, training):
+            out["blocks"].append(x)
+            attention.append(probs)
+        if return_attention:
+            out["attention"] = attention
+        out["features"] = self.stage_model("encoded", "features")(x, training=training)
+        out["pre_logits"] = self.stage_model("features", "pre_logits")(out["features"], training=training)
+        if self.include_top:
+            out["logits"] = self.stage_model("pre_logits", "logits")(out["pre_logits"], training=training)
+        return out
 
     def get_config(self):
         return {

@@ -255,11 +255,10 @@ def _iter_attention(model, images, batch_size):
     batch_size = int(batch_size)
     if batch_size < 1:
         raise ValueError(f"batch_size must be positive, got {batch_size}.")
-    embed = keras.Model(model.input, model.get_layer("encoder_dropout").output)
+    embed = model.stage_model("images", "embedded")
 
     def layers(x):
-        for block in model.blocks:
-            x, probs = block(x, training=False, return_attention_scores=True)
+        for _, probs in model.forward_blocks(x, return_attention=True, training=False):
             yield keras.ops.convert_to_numpy(probs)
 
     for start in range(0, len(images), batch_size):

@@ -190,3 +190,46 @@ def test_attention_implementation_passes_to_the_blocks_and_round_trips():
     np.testing.assert_allclose(model.predict(x, verbose=0), default.predict(x, verbose=0), atol=1e-5)
     with pytest.raises(ValueError, match="attention_implementation"):
         tiny_vit(attention_implementation="flash")
+
+
+@pytest.mark.parametrize("overrides", [
+    {},
+    {"classifier": "gap", "representation_size": 16, "classifier_activation": "softmax"},
+])
+def test_the_feature_api_gives_the_full_models_values(overrides):
+    model = randomize(tiny_vit(**overrides))
+    images = np.random.default_rng(1).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    logits = keras.ops.convert_to_numpy(model.stage_model("images", "logits")(images))
+    expected = keras.ops.convert_to_numpy(model(images))
+    if overrides.get("classifier_activation"):
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(keras.ops.softmax(logits)), expected, atol=1e-6)
+    else:
+        np.testing.assert_allclose(logits, expected, atol=1e-6)
+    features = model.forward_features(images)
+    assert features.shape == (2, model.num_prefix_tokens + 16, 32)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(model.forward_head(features)), logits, atol=1e-6)
+    out = model.forward_intermediates(images, return_attention=True)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(out["logits"]), logits, atol=1e-6)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(out["features"]), keras.ops.convert_to_numpy(features),
+                               atol=1e-6)
+    assert len(out["blocks"]) == len(out["attention"]) == 2 and out["attention"][0].shape == (2, 4, out["features"].shape[1],
+                                                                                              out["features"].shape[1])
+    x = out["embedded"]
+    for i, block in enumerate(model.blocks):
+        x, probs = block(x, return_attention_scores=True)
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(probs), keras.ops.convert_to_numpy(out["attention"][i]),
+                                   atol=1e-6)
+    pooled = model.forward_head(features, pre_logits=True)
+    assert pooled.shape == (2, overrides.get("representation_size", 32))
+    assert model.stage_model("images", "logits") is model.stage_model("images", "logits")  # built once
+    assert len(model.layers) == len(tiny_vit(**overrides).layers)  # the sub-models add no layers
+
+
+def test_the_feature_api_names_bad_cut_points():
+    model = tiny_vit(include_top=False)
+    with pytest.raises(ValueError, match=r"has no 'logits' \(include_top=False\)"):
+        model.stage_model("images", "logits")
+    with pytest.raises(ValueError, match=r"Unknown cut point 'head'"):
+        model.stage_model("images", "head")
+    with pytest.raises(ValueError, match=r"'features' does not come before 'embedded'"):
+        model.stage_model("features", "embedded")
