@@ -121,8 +121,9 @@ class _Graph:
         outputs = {}
         if self.attention:
             x = self._stem(x)
-            for i, (x, probs) in enumerate(self.model.forward_blocks(x, return_attention=True)):
+            for i, (tokens, probs) in enumerate(self.model.forward_blocks(x, return_attention=True)):
                 outputs[f"attention_{i}"] = tf.cast(probs, tf.float32)
+                x = tokens
             logits = self._tail(x)
         else:
             logits = self.logits(x)

@@ -356,9 +356,10 @@ class VisionTransformer(keras.Model):
         """
         out = {"embedded": self.stage_model("images", "embedded")(images, training=training)}
         x, out["blocks"], attention = out["embedded"], [], []
-        for x, probs in self.forward_blocks(x, return_attention, training):
-            out["blocks"].append(x)
+        for tokens, probs in self.forward_blocks(x, return_attention, training):
+            out["blocks"].append(tokens)
             attention.append(probs)
+            x = tokens
         if return_attention:
             out["attention"] = attention
         out["features"] = self.stage_model("encoded", "features")(x, training=training)
