@@ -98,11 +98,11 @@ def profile(precision, rounds, batch=8, tokens=197, hidden=768, heads=12, mlp=30
     for name, (fn, arg) in pieces.items():
         if fn is None:
             def fn(x):
-                block._reference = True
+                block.formulation = "reference"
                 try:
                     return block(x)
                 finally:
-                    block._reference = False
+                    block.formulation = "fused"
         # Only one element comes back, so fetching the output costs nothing.
         f = tf.function(lambda a, fn=fn: tf.stack([tf.reshape(t, [-1])[-1] for t in tf.nest.flatten(fn(a))]),
                         jit_compile=False)
@@ -147,7 +147,7 @@ def ablation(precision, rounds, batch=8):
 
         for block in model.blocks:
             if what == "reference":
-                patch(block, "_reference", True)
+                patch(block.attention_layer(), "formulation", "reference")
             elif what == "norms":
                 patch(block.norm1, "call", lambda v: v)
                 patch(block.norm2, "call", lambda v: v)
@@ -156,7 +156,7 @@ def ablation(precision, rounds, batch=8):
             elif what == "softmax":
                 patch(vit_layers.ops, "softmax", lambda v, axis=-1: v)
             elif what == "attention":
-                patch(block, "_matmul_attention", lambda q, k, v, training: (v, None))
+                patch(block.attention_layer(), "_matmul_attention", lambda q, k, v, training: (v, None))
         try:
             yield
         finally:

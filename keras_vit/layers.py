@@ -1,4 +1,4 @@
-"""The paper's building blocks: patches, the patch encoder and the Transformer block.
+"""The paper's building blocks: patches, the patch encoder, attention and the Transformer block.
 
 Numerics follow the official implementation (google-research/vision_transformer,
 `vit_jax/models_vit.py`): pre-LayerNorm blocks with epsilon 1e-6, GELU in its tanh
@@ -19,6 +19,7 @@ else:
     _TF = None
 
 ATTENTION_IMPLEMENTATIONS = ("auto", "matmul", "dot_product_attention")
+FORMULATIONS = ("fused", "reference")
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
@@ -187,27 +188,176 @@ class DropPath(keras.layers.Layer):
         return {**super().get_config(), "rate": self.rate, "seed": self.seed}
 
 
+def _matmul_bias(x, kernel, bias, dtype):
+    """x (N, in) @ kernel + bias as one 2-D matmul, in `dtype` (grappler fuses the bias add on TensorFlow)."""
+    y = ops.matmul(x, ops.cast(kernel, dtype))
+    if _TF is not None:
+        return _TF.nn.bias_add(y, ops.cast(bias, dtype))
+    return y + ops.cast(bias, dtype)
+
+
+def _check_formulation(formulation):
+    if formulation not in FORMULATIONS:
+        raise ValueError(f"formulation must be one of {FORMULATIONS}, got {formulation!r}.")
+    return formulation
+
+
+def _check_attention_implementation(implementation):
+    if implementation not in ATTENTION_IMPLEMENTATIONS:
+        raise ValueError(f"attention_implementation must be one of {ATTENTION_IMPLEMENTATIONS}, "
+                         f"got {implementation!r}.")
+    return implementation
+
+
+@_register
+class Attention(keras.layers.Layer):
+    """Multi-head self-attention, as the official MultiHeadDotProductAttention.
+
+    softmax(Q K^T / sqrt(head_dim)) V over all heads at once, the softmax in float32,
+    dropout on the probabilities, then the output projection. The query, key, value and
+    output projections are Dense layers (`query`, `key`, `value`, `out`); their kernels are
+    the official (D, heads, head_dim) and (heads, head_dim, D) arrays, reshaped. Inside a
+    `TransformerBlock` the block owns them (so their variables keep the official paths
+    `encoderblock_i/query/kernel`, ...) and hands them over with `use_projections`;
+    on its own the layer makes its own in `build`.
+
+    Call with `return_attention_scores=True` to also get the probabilities (B, heads, T, T),
+    float32.
+
+    Args:
+        num_heads: the number of heads; the width must be divisible by it.
+        attention_dropout_rate: dropout on the attention probabilities.
+        attention_implementation: "matmul" (two batched matmuls around a float32 softmax),
+            "dot_product_attention" (`keras.ops.dot_product_attention`: fused kernels on JAX
+            and PyTorch; on TensorFlow the same einsums) or "auto" ("matmul" on TensorFlow,
+            where it is the faster, "dot_product_attention" elsewhere). The fused kernels never
+            give probabilities, so calls with `return_attention_scores=True` or with attention
+            dropout while training use "matmul". No variable depends on the choice.
+        formulation: "fused" (one q/k/v matmul against the three kernels side by side, the
+            1/sqrt(head_dim) scale folded into the query kernel, 2-D matmuls) or "reference"
+            (the Dense layers called one by one). Quantized or otherwise replaced Dense layers
+            always take the reference formulation. Both read the same variables.
+
+    Example:
+    >>> attention = Attention(num_heads=3)
+    >>> y, probs = attention(keras.ops.zeros((2, 197, 192)), return_attention_scores=True)
+    >>> y.shape, probs.shape
+    ((2, 197, 192), (2, 3, 197, 197))
+    """
+
+    def __init__(self, num_heads, attention_dropout_rate=0.0, attention_implementation="auto", formulation="fused",
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.num_heads = int(num_heads)
+        self.attention_dropout_rate = float(attention_dropout_rate)
+        self.attention_implementation = _check_attention_implementation(attention_implementation)
+        self.formulation = _check_formulation(formulation)
+        self.attention_dropout = keras.layers.Dropout(self.attention_dropout_rate, dtype=self.dtype_policy)
+        self.query = self.key = self.value = self.out = None
+
+    def use_projections(self, query, key, value, out):
+        """Shares built Dense layers as the four projections (a TransformerBlock's own)."""
+        self.query, self.key, self.value, self.out = query, key, value, out
+
+    def build(self, input_shape):
+        hidden = int(input_shape[-1])
+        if hidden % self.num_heads:
+            raise ValueError(f"hidden_size {hidden} is not divisible by num_heads {self.num_heads}.")
+        self.hidden_size = hidden
+        self.head_dim = hidden // self.num_heads
+        if self.query is None:
+            dense = dict(kernel_initializer="glorot_uniform", dtype=self.dtype_policy)
+            projections = [keras.layers.Dense(hidden, name=n, **dense) for n in ("query", "key", "value", "out")]
+            for layer in projections:
+                layer.build(input_shape)
+            self.use_projections(*projections)
+
+    def _fusable(self):
+        layers = (self.query, self.key, self.value, self.out)
+        return self.formulation == "fused" and all(getattr(layer, "quantization_mode", None) is None
+                                                   for layer in layers)
+
+    def _use_dot_product_attention(self, training, return_probs):
+        impl = self.attention_implementation
+        if impl == "auto":
+            impl = "matmul" if keras.backend.backend() == "tensorflow" else "dot_product_attention"
+        return impl == "dot_product_attention" and not return_probs and not (
+            training and self.attention_dropout_rate)
+
+    def _matmul_attention(self, q, k, v, training):
+        """q (already scaled), k, v (B, heads, T, head_dim) -> (B, heads, T, head_dim), float32 probs."""
+        logits = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))
+        probs = ops.softmax(ops.cast(logits, "float32"), axis=-1)
+        weights = self.attention_dropout(ops.cast(probs, self.compute_dtype), training=training)
+        return ops.matmul(weights, v), probs
+
+    def call(self, x, training=None, return_attention_scores=False):
+        """x (B, T, D), already normalized -> (B, T, D) [, probs (B, heads, T, T)]."""
+        y, probs = self._attend(x, training, return_attention_scores)
+        return (y, probs) if return_attention_scores else y
+
+    def _attend(self, x, training, return_probs):
+        b, t = ops.shape(x)[0], ops.shape(x)[1]
+        d, h, hd = self.hidden_size, self.num_heads, self.head_dim
+        scale = 1.0 / math.sqrt(hd)
+        dpa = self._use_dot_product_attention(training, return_probs)
+        probs = None
+        if self._fusable():
+            dtype = self.compute_dtype
+            kernel = ops.concatenate([self.query.kernel * scale, self.key.kernel, self.value.kernel], axis=1)
+            bias = ops.concatenate([self.query.bias * scale, self.key.bias, self.value.bias], axis=0)
+            qkv = ops.reshape(_matmul_bias(ops.reshape(x, (-1, d)), kernel, bias, dtype), (b, t, 3, h, hd))
+            # unstack, not indexing: the gradient of an index is a zero-padded full-size tensor
+            if dpa:  # (B, T, heads, head_dim) as it comes
+                q, k, v = ops.unstack(qkv, 3, axis=2)
+                y = ops.dot_product_attention(q, k, v, scale=1.0)
+            else:  # one transpose to (3, B, heads, T, head_dim)
+                q, k, v = ops.unstack(ops.transpose(qkv, (2, 0, 3, 1, 4)), 3, axis=0)
+                y, probs = self._matmul_attention(q, k, v, training)
+                y = ops.transpose(y, (0, 2, 1, 3))
+            y = _matmul_bias(ops.reshape(y, (-1, d)), self.out.kernel, self.out.bias, dtype)
+            return ops.reshape(y, (b, t, d)), probs
+        q = ops.reshape(self.query(x) * ops.cast(scale, x.dtype), (b, t, h, hd))
+        k = ops.reshape(self.key(x), (b, t, h, hd))
+        v = ops.reshape(self.value(x), (b, t, h, hd))
+        if dpa:
+            y = ops.dot_product_attention(q, k, v, scale=1.0)
+        else:
+            q, k, v = (ops.transpose(z, (0, 2, 1, 3)) for z in (q, k, v))
+            y, probs = self._matmul_attention(q, k, v, training)
+            y = ops.transpose(y, (0, 2, 1, 3))
+        return self.out(ops.reshape(y, (b, t, d))), probs
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_heads": self.num_heads,
+            "attention_dropout_rate": self.attention_dropout_rate,
+            "attention_implementation": self.attention_implementation,
+            "formulation": self.formulation,
+        }
+
+
 @_register
 class TransformerBlock(keras.layers.Layer):
     """Pre-LN Transformer encoder block: x + MSA(LN(x)), then + MLP(LN(.)).
 
-    The MLP is Dense -> GELU -> dropout -> Dense -> dropout; stochastic depth
-    (`drop_path_rate`) applies to both residual branches. The query, key, value and
-    output projections are Dense layers over all heads at once; their kernels are the
-    official (D, heads, head_dim) and (heads, head_dim, D) arrays, reshaped.
+    The self-attention is an `Attention` layer (see there for `attention_implementation`
+    and `formulation`); the block owns its query, key, value and output Dense layers, so
+    variables and official checkpoint keys are those of the official block. The MLP is
+    Dense -> GELU -> dropout -> Dense -> dropout; stochastic depth (`drop_path_rate`)
+    applies to both residual branches.
 
     Call with `return_attention_scores=True` to also get the attention probabilities
     (B, heads, T, T), in float32.
 
-    `attention_implementation` chooses how softmax(Q K^T / sqrt(head_dim)) V is computed:
-    "matmul" (two batched matmuls around a float32 softmax), "dot_product_attention"
-    (`keras.ops.dot_product_attention`: fused kernels on JAX and PyTorch, e.g. cuDNN or
-    flash attention on GPUs; on TensorFlow the same einsums as "matmul") or "auto" (the
-    default: "matmul" on TensorFlow, where it is the faster, "dot_product_attention"
-    elsewhere). The fused path never gives attention probabilities, so calls with
-    `return_attention_scores=True` or with attention dropout while training use "matmul".
-    The choice changes no variable, only the arithmetic's order (float32 results agree to
-    about 1e-6).
+    `formulation`: "fused" (the default) works on the tokens as one (B*T, D) matrix: 2-D
+    matmuls whose bias adds TensorFlow's grappler fuses into them, one q/k/v matmul, and the
+    tanh GELU as x * x * x rather than TensorFlow's pow(x, 3) (jax.nn.gelu's own
+    formulation); "reference" calls the Dense sublayers one by one (it serves quantized or
+    otherwise replaced Dense layers, which always take it). Both read the same variables;
+    float32 results agree to about 1e-6. It may be changed on a built block
+    (`block.formulation = "reference"`), as may `attention_implementation`.
 
     Example:
     >>> block = TransformerBlock(num_heads=3, mlp_dim=768)
@@ -226,13 +376,10 @@ class TransformerBlock(keras.layers.Layer):
         approximate_gelu=True,
         layer_norm_epsilon=1e-6,
         attention_implementation="auto",
+        formulation="fused",
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if attention_implementation not in ATTENTION_IMPLEMENTATIONS:
-            raise ValueError(f"attention_implementation must be one of {ATTENTION_IMPLEMENTATIONS}, "
-                             f"got {attention_implementation!r}.")
-        self.attention_implementation = attention_implementation
         self.num_heads = int(num_heads)
         self.mlp_dim = int(mlp_dim)
         self.dropout_rate = float(dropout_rate)
@@ -246,12 +393,36 @@ class TransformerBlock(keras.layers.Layer):
         self.norm1 = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name="norm1", dtype=policy)
         self.norm2 = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name="norm2", dtype=policy)
         self._attention_dense = dense
+        # Private on purpose: Keras saves a layer's public attributes first, so the projections
+        # keep their saved paths (encoderblock_i/query, ...) of files written before this layer.
+        self._attention = Attention(self.num_heads, self.attention_dropout_rate, attention_implementation,
+                                    formulation, name="attention", dtype=policy)
         self.mlp_dense1 = keras.layers.Dense(self.mlp_dim, name="mlp_dense1", **mlp_dense)
         self.mlp_dense2 = None  # its width is the input's, known in build
         self._mlp_dense = mlp_dense
-        self.attention_dropout = keras.layers.Dropout(self.attention_dropout_rate, dtype=policy)
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=policy)
         self.drop_path = DropPath(self.drop_path_rate, dtype=policy)
+
+    @property
+    def attention_implementation(self):
+        return self._attention.attention_implementation
+
+    @attention_implementation.setter
+    def attention_implementation(self, value):
+        self._attention.attention_implementation = _check_attention_implementation(value)
+
+    @property
+    def formulation(self):
+        return self._attention.formulation
+
+    @formulation.setter
+    def formulation(self, value):
+        self._attention.formulation = _check_formulation(value)
+
+    def attention_layer(self):
+        """The block's `Attention` layer (sharing the block's query/key/value/out). A method,
+        not an attribute: an attribute would change where Keras saves the projections."""
+        return self._attention
 
     def build(self, input_shape):
         input_shape = tuple(input_shape)
@@ -270,94 +441,33 @@ class TransformerBlock(keras.layers.Layer):
         for layer in (self.norm1, self.norm2, self.query, self.key, self.value, self.out, self.mlp_dense1):
             layer.build(input_shape)
         self.mlp_dense2.build(input_shape[:-1] + (self.mlp_dim,))
-
-    # -- the forward pass ------------------------------------------------------------------
-    # Two formulations of the same numbers. The fused one (the default) works on the tokens
-    # as one (B*T, D) matrix: a single query/key/value matmul against the three kernels
-    # side by side, the 1/sqrt(head_dim) scale folded into the query kernel, 2-D matmuls
-    # whose bias adds TensorFlow's grappler fuses into them, and the tanh GELU as
-    # x * x * x rather than TensorFlow's pow(x, 3) (jax.nn.gelu's own formulation). The
-    # reference one calls the Dense sublayers one by one; it serves quantized or otherwise
-    # replaced Dense layers. Both read the same variables.
-
-    _reference = False  # benchmarks set it to time the reference formulation
+        self._attention.use_projections(self.query, self.key, self.value, self.out)
+        self._attention.build(input_shape)
 
     def _fusable(self):
-        layers = (self.query, self.key, self.value, self.out, self.mlp_dense1, self.mlp_dense2)
-        return not self._reference and all(getattr(layer, "quantization_mode", None) is None for layer in layers)
-
-    def _dense(self, x, layer, kernel=None, bias=None):
-        """x (N, in) @ kernel + bias as one 2-D matmul, in the compute dtype."""
-        dtype = self.compute_dtype
-        kernel = layer.kernel if kernel is None else kernel
-        bias = layer.bias if bias is None else bias
-        y = ops.matmul(x, ops.cast(kernel, dtype))
-        if _TF is not None:
-            return _TF.nn.bias_add(y, ops.cast(bias, dtype))
-        return y + ops.cast(bias, dtype)
+        layers = (self.mlp_dense1, self.mlp_dense2)
+        return self.formulation == "fused" and all(getattr(layer, "quantization_mode", None) is None
+                                                   for layer in layers)
 
     def _gelu(self, x):
         if not self.approximate_gelu:
             return keras.activations.gelu(x, approximate=False)
         return gelu_tanh(x)
 
-    def _use_dot_product_attention(self, training, return_probs):
-        impl = self.attention_implementation
-        if impl == "auto":
-            impl = "matmul" if keras.backend.backend() == "tensorflow" else "dot_product_attention"
-        return impl == "dot_product_attention" and not return_probs and not (
-            training and self.attention_dropout_rate)
-
-    def _matmul_attention(self, q, k, v, training):
-        """q (already scaled), k, v (B, heads, T, head_dim) -> (B, heads, T, head_dim), float32 probs."""
-        logits = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))
-        probs = ops.softmax(ops.cast(logits, "float32"), axis=-1)
-        weights = self.attention_dropout(ops.cast(probs, self.compute_dtype), training=training)
-        return ops.matmul(weights, v), probs
-
-    def _self_attention(self, x, training, return_probs):
-        """x (B, T, D) normalized -> (B, T, D), probs (B, heads, T, T) or None."""
-        b, t = ops.shape(x)[0], ops.shape(x)[1]
-        d, h, hd = self.hidden_size, self.num_heads, self.head_dim
-        scale = 1.0 / math.sqrt(hd)
-        fused = self._fusable()
-        dpa = self._use_dot_product_attention(training, return_probs)
-        probs = None
-        if fused:
-            kernel = ops.concatenate([self.query.kernel * scale, self.key.kernel, self.value.kernel], axis=1)
-            bias = ops.concatenate([self.query.bias * scale, self.key.bias, self.value.bias], axis=0)
-            qkv = ops.reshape(self._dense(ops.reshape(x, (-1, d)), None, kernel, bias), (b, t, 3, h, hd))
-            # unstack, not indexing: the gradient of an index is a zero-padded full-size tensor
-            if dpa:  # (B, T, heads, head_dim) as it comes
-                q, k, v = ops.unstack(qkv, 3, axis=2)
-                y = ops.dot_product_attention(q, k, v, scale=1.0)
-            else:  # one transpose to (3, B, heads, T, head_dim)
-                q, k, v = ops.unstack(ops.transpose(qkv, (2, 0, 3, 1, 4)), 3, axis=0)
-                y, probs = self._matmul_attention(q, k, v, training)
-                y = ops.transpose(y, (0, 2, 1, 3))
-            return ops.reshape(self._dense(ops.reshape(y, (-1, d)), self.out), (b, t, d)), probs
-        q = ops.reshape(self.query(x) * ops.cast(scale, x.dtype), (b, t, h, hd))
-        k = ops.reshape(self.key(x), (b, t, h, hd))
-        v = ops.reshape(self.value(x), (b, t, h, hd))
-        if dpa:
-            y = ops.dot_product_attention(q, k, v, scale=1.0)
-        else:
-            q, k, v = (ops.transpose(z, (0, 2, 1, 3)) for z in (q, k, v))
-            y, probs = self._matmul_attention(q, k, v, training)
-            y = ops.transpose(y, (0, 2, 1, 3))
-        return self.out(ops.reshape(y, (b, t, d))), probs
-
     def _mlp(self, x, training):
         if self._fusable():
             b, t = ops.shape(x)[0], ops.shape(x)[1]
-            y = self._gelu(self._dense(ops.reshape(x, (-1, self.hidden_size)), self.mlp_dense1))
-            y = self._dense(self.dropout(y, training=training), self.mlp_dense2)
+            dtype = self.compute_dtype
+            y = self._gelu(_matmul_bias(ops.reshape(x, (-1, self.hidden_size)), self.mlp_dense1.kernel,
+                                        self.mlp_dense1.bias, dtype))
+            y = _matmul_bias(self.dropout(y, training=training), self.mlp_dense2.kernel, self.mlp_dense2.bias, dtype)
             return ops.reshape(y, (b, t, self.hidden_size))
         y = self._gelu(self.mlp_dense1(x))
         return self.mlp_dense2(self.dropout(y, training=training))
 
     def call(self, inputs, training=None, return_attention_scores=False):
-        y, probs = self._self_attention(self.norm1(inputs), training, return_attention_scores)
+        y, probs = self._attention(self.norm1(inputs), training=training, return_attention_scores=True) \
+            if return_attention_scores else (self._attention(self.norm1(inputs), training=training), None)
         x = inputs + self.drop_path(self.dropout(y, training=training), training=training)
         y = self._mlp(self.norm2(x), training)
         x = x + self.drop_path(self.dropout(y, training=training), training=training)
@@ -376,4 +486,5 @@ class TransformerBlock(keras.layers.Layer):
             "approximate_gelu": self.approximate_gelu,
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "attention_implementation": self.attention_implementation,
+            "formulation": self.formulation,
         }

@@ -150,7 +150,7 @@ def test_fused_and_reference_formulations_agree(approximate):
     """The fused forward pass (one q/k/v matmul, 2-D matmuls) and the Dense-layer one agree."""
     block, x = _random_block(approximate_gelu=approximate)
     fused, fused_probs = block(x, return_attention_scores=True)
-    block._reference = True
+    block.formulation = "reference"
     ref, ref_probs = block(x, return_attention_scores=True)
     np.testing.assert_allclose(fused.numpy(), ref.numpy(), atol=2e-5)
     np.testing.assert_allclose(fused_probs.numpy(), ref_probs.numpy(), atol=1e-6)
@@ -161,7 +161,7 @@ def test_fused_and_reference_formulations_agree(approximate):
 def test_attention_implementations_agree(reference):
     """keras.ops.dot_product_attention and the explicit matmul path give the same block output."""
     block, x = _random_block()
-    block._reference = reference
+    block.formulation = "reference" if reference else "fused"
     expected = block(x).numpy()
     for impl in ("dot_product_attention", "auto"):
         block.attention_implementation = impl
@@ -185,12 +185,12 @@ def test_fused_path_under_mixed_bfloat16_keeps_float32_softmax_and_gradients():
     y, probs = block(x, return_attention_scores=True)
     assert y.dtype == "bfloat16" and probs.dtype == "float32"
     np.testing.assert_allclose(probs.numpy().sum(-1), 1.0, atol=1e-5)
-    block._reference = True
+    block.formulation = "reference"
     ref = block(x)
     np.testing.assert_allclose(y.numpy().astype("float32"), ref.numpy().astype("float32"), atol=0.15, rtol=0.05)
     import tensorflow as tf
 
-    block._reference = False
+    block.formulation = "fused"
     with tf.GradientTape() as tape:
         loss = tf.reduce_sum(tf.cast(block(x), "float32") ** 2)
     grads = tape.gradient(loss, block.trainable_variables)
@@ -204,7 +204,7 @@ def test_fused_and_reference_gradients_agree():
     block, x = _random_block()
     grads = []
     for reference in (False, True):
-        block._reference = reference
+        block.formulation = "reference" if reference else "fused"
         with tf.GradientTape() as tape:
             loss = tf.reduce_sum(block(x, training=True) ** 2)
         grads.append([g.numpy() for g in tape.gradient(loss, block.trainable_variables)])
@@ -226,3 +226,30 @@ def test_gelu_tanh_value_and_written_out_gradient():
         ref = tf.nn.gelu(x, approximate=True)
     np.testing.assert_allclose(y.numpy(), ref.numpy(), atol=1e-6)
     np.testing.assert_allclose(tape.gradient(y, x).numpy(), tape.gradient(ref, x).numpy(), atol=1e-5)
+
+
+def test_attention_is_its_own_layer_with_the_blocks_variables():
+    from keras_vit.layers import Attention
+
+    block, x = _random_block()
+    attention = block.attention_layer()
+    assert isinstance(attention, Attention) and attention.query is block.query and attention.out is block.out
+    assert sorted(v.path for v in block.weights) == sorted(  # no variable of its own, none twice
+        f"transformer_block/{n}/{p}" for n in ("norm1", "norm2", "query", "key", "value", "out", "mlp_dense1",
+                                                "mlp_dense2") for p in (("gamma", "beta") if "norm" in n
+                                                                        else ("kernel", "bias")))
+    # standalone, with its own projections, it computes what it computes in the block
+    alone = Attention(num_heads=4)
+    alone.build(x.shape)
+    for mine, theirs in zip(alone.weights, attention.weights):
+        mine.assign(theirs)
+    normed = block.norm1(x)
+    for formulation in ("fused", "reference"):
+        alone.formulation = formulation
+        y, probs = alone(normed, return_attention_scores=True)
+        ref, ref_probs = attention(normed, return_attention_scores=True)
+        np.testing.assert_allclose(y.numpy(), ref.numpy(), atol=2e-5)
+        np.testing.assert_allclose(probs.numpy(), ref_probs.numpy(), atol=1e-6)
+    assert Attention.from_config(alone.get_config()).formulation == "reference"
+    with pytest.raises(ValueError, match="formulation must be one of"):
+        Attention(2, formulation="fast")
