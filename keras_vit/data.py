@@ -15,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 # one definition each, shared with predict and export
+from keras_vit._optional import require
 from keras_vit.applications import IMAGE_EXTENSIONS, scale_pixels, to_rgb
 
 log = logging.getLogger("keras_vit")
@@ -120,10 +121,12 @@ def stratified_split(split, fraction, seed=0, names=("train", "validation")):
 
 
 def load_digits(seed=0, test_fraction=0.2):
-    """scikit-learn's 1,797 8x8 digits as RGB uint8, split stratified 80/20 with a fixed seed."""
-    from sklearn.datasets import load_digits as sklearn_digits
+    """scikit-learn's 1,797 8x8 digits as RGB uint8, split stratified 80/20 with a fixed seed.
 
-    digits = sklearn_digits()
+    Needs scikit-learn: pip install "keras-vit[digits]".
+    """
+    datasets = require("sklearn.datasets", "digits", package="scikit-learn", what="the digits data set")
+    digits = datasets.load_digits()
     images = digits.images * (255.0 / 16.0)  # 0..16 grey levels -> 0..255
     split = from_arrays(images, digits.target, [str(d) for d in range(10)], origin="sklearn digits")
     train, test = stratified_split(split, test_fraction, seed=seed, names=("train", "test"))
@@ -243,7 +246,7 @@ def load_tfds(name, splits=("train", "test"), data_dir=None):
     streamed from the tfds files, decoded and cropped per example. Split names may use
     tfds slicing ("train[:98%]").
     """
-    import tensorflow_datasets as tfds
+    tfds = require("tensorflow_datasets", "tfds", package="tensorflow-datasets", what=f"the tfds data set {name!r}")
 
     builder = tfds.builder(name, data_dir=data_dir)
     builder.download_and_prepare()

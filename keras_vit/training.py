@@ -20,6 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit._files import atomic_path
+from keras_vit._optional import require
 
 log = logging.getLogger("keras_vit")
 
@@ -536,6 +537,7 @@ def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose):
     monitor = "val_accuracy" if val_ds is not None else "accuracy"
     callbacks.append(BestModelCheckpoint(os.path.join(out_dir, "best.keras"), monitor, enabled=is_chief))
     callbacks.append(keras.callbacks.CSVLogger(os.path.join(out_dir, "history.csv"), append=True))
+    require("tensorboard", "tensorboard", what="the TensorBoard logs of keras-vit train")
     callbacks.append(keras.callbacks.TensorBoard(os.path.join(out_dir, "logs"), write_graph=False))
 
     start, cpu_start = time.time(), time.process_time()

@@ -120,3 +120,28 @@ def test_ruff_is_clean():
     result = subprocess.run([ruff, "check", "keras_vit", "tests", "recipes", "benchmarks"],
                             cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_missing_optional_dependency_names_its_extra(monkeypatch):
+    from keras_vit import data
+
+    monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)  # as if not installed
+    with pytest.raises(ImportError, match=r"tfds data set 'cifar10' needs the optional package tensorflow-datasets"
+                                          r".*pip install \"keras-vit\[tfds\]\""):
+        data.load_data("tfds:cifar10")
+    monkeypatch.setitem(sys.modules, "sklearn", None)
+    monkeypatch.setitem(sys.modules, "sklearn.datasets", None)
+    with pytest.raises(ImportError, match=r"digits data set needs the optional package scikit-learn.*keras-vit\[digits\]"):
+        data.load_data("digits")
+
+
+def test_optional_dependencies_are_extras_not_requirements():
+    import configparser
+
+    setup = configparser.ConfigParser()
+    setup.read(ROOT / "setup.cfg")
+    core = setup["options"]["install_requires"].split()
+    extras = setup["options.extras_require"]
+    for package, extra in (("scikit-learn", "digits"), ("tensorflow-datasets", "tfds"), ("tensorboard", "tensorboard")):
+        assert package not in core and package in extras[extra].split() and package in extras["test"].split()
+    assert "ruff" in extras["test"].split()
