@@ -16,7 +16,7 @@ import tensorflow as tf
 
 # one definition each, shared with predict and export
 from keras_vit._optional import require
-from keras_vit.applications import IMAGE_EXTENSIONS, scale_pixels, to_rgb
+from keras_vit.applications import IMAGE_EXTENSIONS, load_image, resize_images, scale_pixels, to_pixels, to_rgb
 
 log = logging.getLogger("keras_vit")
 
@@ -418,7 +418,222 @@ def _batch_mixer(mixup, cutmix, seed):
     return mix
 
 
+# --- image sets: samples for export parity checks, calibration images for int8 ------------
+
+def _list_images(folder):
+    return sorted(
+        os.path.join(folder, f) for f in os.listdir(folder)
+        if f.lower().endswith(IMAGE_EXTENSIONS) and os.path.isfile(os.path.join(folder, f))
+    )
+
+
+def _folder_files(folder, class_names, classes, labelled):
+    """Files of a folder and their labels: class subfolders (labelled) or images (not)."""
+    subdirs = sorted(d for d in os.listdir(folder) if os.path.isdir(os.path.join(folder, d)))
+    subdirs = [d for d in subdirs if _list_images(os.path.join(folder, d))]
+    if not subdirs:
+        files = _list_images(folder)
+        if not files:
+            raise ValueError(
+                f"{folder} holds no images ({', '.join(IMAGE_EXTENSIONS)}) and no class folders of images.")
+        return files, None
+    if not labelled:
+        return [f for d in subdirs for f in _list_images(os.path.join(folder, d))], None
+    if class_names is None:
+        if len(subdirs) != classes:
+            raise ValueError(
+                f"{folder} has {len(subdirs)} class folders but the model has {classes} classes and no "
+                "class_names to match them by name."
+            )
+        log.info("the model has no class_names: class folders of %s are matched in sorted order", folder)
+        index = {d: i for i, d in enumerate(subdirs)}
+    else:
+        index = {name: i for i, name in enumerate(class_names)}
+        unknown = [d for d in subdirs if d not in index]
+        if unknown:
+            raise ValueError(
+                f"class folder(s) {', '.join(unknown)} of {folder} are not classes of the model "
+                f"({', '.join(class_names)})."
+            )
+    files, labels = [], []
+    for d in subdirs:
+        for f in _list_images(os.path.join(folder, d)):
+            files.append(f)
+            labels.append(index[d])
+    return files, labels
+
+
+def _check_pixels(images, what):
+    """uint8 pixels from pixels in 0-255, or from model inputs in [-1, 1] (a training pipeline's output)."""
+    images = np.asarray(images)
+    if images.ndim != 4 or images.shape[-1] != 3:
+        raise ValueError(f"{what} must be RGB images (N, height, width, 3); got shape {images.shape}.")
+    if images.dtype != np.uint8:
+        lo, hi = float(np.min(images)), float(np.max(images))
+        if lo < 0 and lo >= -1.0 - 1e-3 and hi <= 1.0 + 1e-3:
+            log.info("%s are in [-1, 1], preprocessed: mapped back to pixels", what)
+            return to_pixels(images)
+        elif lo >= 0 and hi <= 1.0:
+            raise ValueError(
+                f"{what} have values in [{lo:.2f}, {hi:.2f}]: scaled to [0, 1]? Give pixels in 0-255 "
+                "(or model inputs in [-1, 1])."
+            )
+        elif lo < 0 or hi > 255:
+            raise ValueError(f"{what} have values in [{lo:.1f}, {hi:.1f}]; expected pixels in 0-255.")
+        images = np.clip(np.round(images), 0, 255).astype("uint8")
+    return images
+
+
+def _split_labels(split, class_names, classes, what):
+    """A data.Split's labels as indices of the model's classes (matched by name)."""
+    if class_names is None or list(split.class_names) == list(class_names):
+        if classes is not None and len(split.class_names) > classes:
+            raise ValueError(f"{what}: {split.origin} has {len(split.class_names)} classes, the model {classes}.")
+        return np.asarray(split.labels)
+    index = {name: i for i, name in enumerate(class_names)}
+    unknown = [c for c in split.class_names if c not in index]
+    if unknown:
+        raise ValueError(f"{what}: classes {', '.join(unknown)} of {split.origin} are not classes of the model "
+                         f"({', '.join(class_names)}).")
+    return np.asarray([index[c] for c in split.class_names])[np.asarray(split.labels)]
+
+
+def _data_split(spec, split, what):
+    """A split of a keras_vit.data source: an archive (.tgz/.tar), `root/<split>/<class>/` folders,
+    "digits" or "tfds:NAME"."""
+    log.info("reading the %s split of %s for the %s", split, spec, what)
+    try:
+        splits = load_data(spec, (split,))
+    except (ValueError, OSError) as e:
+        raise ValueError(f"{what}: cannot read the {split} split of {spec}: {e}") from None
+    if split not in splits:
+        raise ValueError(f"{what}: {spec} has no {split!r} split (it has {', '.join(splits)}).")
+    return splits[split]
+
+
+def _is_data_spec(path, split):
+    """Whether `path` is a data source of keras_vit.data (as `data_source` reads it) rather than
+    images: a folder is one when it has a `split` subfolder; only "tfds:NAME" names a tfds set."""
+    try:
+        kind, _ = data_source(path)
+    except ValueError:
+        return False
+    if kind == "folder":
+        return os.path.isdir(os.path.join(path, split))
+    if kind == "archive":
+        return path.lower().endswith(ARCHIVE_EXTENSIONS)
+    return kind == "digits" or path.startswith("tfds:")
+
+
+def load_image_set(source, image_size, *, class_names=None, classes=None, labelled=True, split="test",
+                   max_images=None, seed=0, what="images"):
+    """Images for parity checks and calibration, as uint8 at `image_size`, with labels if known.
+
+    `source` is one of:
+    - a folder of images, or of one subfolder of images per class, named as the model's
+      class_names (with `labelled=False` the names are not checked);
+    - a data source of `keras_vit.data` (a training recipe's `data`): a `.tgz`/`.tar` of
+      `<split>/<class>/` images, a folder `root/<split>/<class>/`, "digits" or
+      "tfds:NAME", of which `split` is read; or a `keras_vit.data.Split`;
+    - a list of image files; an array (N, H, W, 3) of pixels in 0-255, or a pair
+      (images, labels); a tf.data.Dataset of images or (images, labels), batched or not.
+    Arrays and datasets in [-1, 1] (a training pipeline's output) are mapped back to
+    pixels. A larger set is shuffled (with `seed`) before `max_images` are taken, since
+    class folders list their files in class order.
+
+    Returns (images, labels or None, a description of the source).
+
+    Example:
+    >>> images, labels, source = load_image_set("../shared/data/cifar10-jpeg.tgz", (32, 32),
+    ...                                         class_names=model.class_names, max_images=500)
+    """
+    rng = np.random.default_rng(seed)
+    if isinstance(source, (str, os.PathLike)) and _is_data_spec(os.fspath(source), split):
+        source = _data_split(os.fspath(source), split, what)
+    if isinstance(source, Split):
+        labels = _split_labels(source, class_names, classes, what) if labelled else None
+        images, labels = _subset(np.asarray(source.images), labels, max_images, rng)
+        description = f"{source.origin} ({len(images)} images{', labelled' if labels is not None else ''})"
+    elif isinstance(source, (str, os.PathLike)) or (
+            isinstance(source, (list, tuple)) and source and isinstance(source[0], (str, os.PathLike))):
+        # files are read (and resized) one by one: no pixel check or batch resize below
+        return _image_files(source, image_size, class_names, classes, labelled, max_images, rng, what)
+    elif isinstance(source, tf.data.Dataset):
+        images, labels = _dataset_images(source, labelled, max_images, what)
+        description = f"a tf.data.Dataset ({len(images)} images)"
+    else:
+        labels = None
+        if isinstance(source, tuple) and len(source) == 2:
+            source, labels = source
+            labels = np.asarray(labels).reshape(-1) if labelled else None
+        images = np.asarray(source)
+        if labels is not None and len(labels) != len(images):
+            raise ValueError(f"{what}: {len(images)} images but {len(labels)} labels.")
+        images, labels = _subset(images, labels, max_images, rng)
+        description = f"an array of {len(images)} images"
+    images = _check_pixels(images, what)
+    if len(images) == 0:
+        raise ValueError(f"{what}: no images.")
+    return resize_images(images, image_size), labels, description
+
+
+def _subset(images, labels, max_images, rng):
+    """A random `max_images` of a larger set (class-ordered sets would give the first classes only)."""
+    if max_images and len(images) > max_images:
+        keep = rng.permutation(len(images))[:max_images]
+        images, labels = images[keep], None if labels is None else labels[keep]
+    return images, labels
+
+
+def _image_files(source, image_size, class_names, classes, labelled, max_images, rng, what):
+    """load_image_set for a folder, an image file or a list of files."""
+    labels = None
+    if isinstance(source, (str, os.PathLike)):
+        folder = os.fspath(source)
+        if not os.path.exists(folder):
+            raise FileNotFoundError(f"{what}: {folder} does not exist.")
+        if os.path.isdir(folder):
+            files, labels = _folder_files(folder, class_names, classes, labelled)
+            description = f"{folder}{' (labelled by class folder)' if labels is not None else ''}"
+        else:
+            files, description = [folder], folder
+    else:
+        files = [os.fspath(f) for f in source]
+        description = f"{len(files)} image files"
+    order = rng.permutation(len(files)) if max_images and len(files) > max_images else np.arange(len(files))
+    order = order[:max_images] if max_images else order
+    if len(order) > 100:
+        log.info("reading %d %s from %s", len(order), what, description)
+    images = np.stack([load_image(files[i], size=image_size) for i in order])
+    labels = None if labels is None else np.asarray(labels)[order]
+    return images, labels, description
+
+
+def _dataset_images(source, labelled, max_images, what):
+    """load_image_set for a tf.data.Dataset of images or (images, labels), batched or not."""
+    batches, label_batches, labels = [], [], None
+    count = 0
+    for element in source:
+        x, y = (element[0], element[1]) if isinstance(element, (tuple, list)) else (element, None)
+        x, y = np.asarray(x), None if y is None else np.asarray(y)
+        if x.ndim == 3:  # an unbatched dataset
+            x, y = x[None], None if y is None else y[None]
+        batches.append(x)
+        if y is not None:  # class indices, or one-hot / mixed labels
+            label_batches.append(y.argmax(-1) if y.ndim == 2 else y.reshape(len(x)))
+        count += len(x)
+        if max_images and count >= max_images:
+            break
+    if not batches:
+        raise ValueError(f"{what}: the dataset is empty.")
+    images = np.concatenate(batches)[:max_images]
+    if label_batches and labelled:
+        labels = np.concatenate(label_batches)[:max_images]
+    return images, labels
+
+
 __all__ = [
     "Split", "from_arrays", "stratified_split", "load_digits", "load_image_folder", "load_image_archive",
-    "load_tfds", "data_source", "load_data", "make_dataset", "to_model_range", "inception_crop", "pad_crop", "center_resize",
+    "load_tfds", "data_source", "load_data", "load_image_set", "make_dataset", "to_model_range", "inception_crop",
+    "pad_crop", "center_resize",
 ]

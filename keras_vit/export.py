@@ -11,8 +11,10 @@ place; the comparison (the parity report) and the class names go beside it as JS
     vit.tflite.json     metadata + parity  vit_savedmodel.json  (a copy also inside, in
                                                                  assets.extra/keras_vit.json)
 
-`load_classifier` runs a `.keras` file, a SavedModel or a `.tflite` file the same way;
-`keras-vit predict` uses it.
+This module writes and checks exports: TFLite conversion, the parity check, the metadata.
+The serving function and running exports (`load_classifier`, `Classifier`) live in
+keras_vit/serving.py, reading image sets (`load_image_set`) in keras_vit/data.py; both are
+re-exported here, where they were first.
 """
 
 import contextlib
@@ -22,350 +24,33 @@ import os
 import re
 import tempfile
 import warnings
-import zipfile
 
 import numpy as np
 
 from keras_vit._files import atomic_path
+from keras_vit.applications import preprocess_input
 from keras_vit.checkpoints import load_keras_model
-from keras_vit.applications import (IMAGE_EXTENSIONS, decode_predictions, load_image, preprocess_input, resize_images,
-                                    to_pixels)
+from keras_vit.data import load_image_set  # noqa: F401 (public here too)
+from keras_vit.serving import (  # noqa: F401 (public here too)
+    INPUT_NAME,
+    METADATA_NAME,
+    Classifier,
+    ServingGraph,
+    check_exportable,
+    float32_copy,
+    litert_interpreter,
+    load_classifier,
+    metadata_path,
+    model_format,
+    saved_model_classifier,
+    tflite_classifier,
+)
 
 log = logging.getLogger("keras_vit")
 
 FORMATS = ("saved_model", "tflite")
 QUANTIZATIONS = ("float16", "dynamic", "int8")
 FLOAT32_TOLERANCE = 1e-4
-METADATA_NAME = "keras_vit.json"  # inside a SavedModel, under assets.extra/
-INPUT_NAME = "images"
-
-
-def metadata_path(path):
-    """Where the metadata and parity report of an export live: `PATH.json` beside it."""
-    return os.path.abspath(os.fspath(path)).rstrip(os.sep) + ".json"
-
-
-# ---------------------------------------------------------------------------------------
-# The serving function: one definition for the SavedModel, TFLite and `.keras` prediction.
-
-
-def _float32_copy(model):
-    """The model itself in float32, or a float32 twin with its weights (TFLite cannot take
-    a mixed_bfloat16 graph, and parity is defined against float32 numerics)."""
-    import keras
-
-    if all(getattr(layer, "compute_dtype", "float32") == "float32" for layer in model.layers):
-        return model
-    log.info("%s computes in %s: exporting a float32 copy of its weights",
-             model.name, model.dtype_policy.name)
-    policy = keras.config.dtype_policy()
-    keras.config.set_dtype_policy("float32")
-    try:
-        twin = type(model).from_config(model.get_config())
-    finally:
-        keras.config.set_dtype_policy(policy)
-    if tuple(twin.input_shape) != tuple(model.input_shape):
-        raise ValueError(
-            f"{model.name!r} was built on an input_tensor of shape {model.input_shape}, which its config cannot "
-            "rebuild in float32; build it under the float32 policy to export it."
-        )
-    twin.set_weights([np.asarray(w, "float32") for w in model.get_weights()])
-    return twin
-
-
-def _check_exportable(model):
-    from keras_vit.models import VisionTransformer
-
-    if not isinstance(model, VisionTransformer):
-        raise ValueError(
-            f"expected a keras_vit.VisionTransformer, got {type(model).__name__} {getattr(model, 'name', '')!r}."
-        )
-    if not model.include_top:
-        raise ValueError(
-            f"{model.name!r} has no classification head (include_top=False); the export's outputs are "
-            "logits and probabilities."
-        )
-    shape = tuple(model.input_shape)
-    if len(shape) != 4 or None in shape[1:] or shape[-1] != 3:
-        raise ValueError(f"{model.name!r} takes inputs of shape {shape}; expected (batch, height, width, 3).")
-    return shape[1], shape[2]
-
-
-class _Graph:
-    """The model's layers rewired for serving: true logits (from the head, before any
-    `predictions` activation) and, on request, every block's attention probabilities.
-    No numerics are re-implemented: the model's own layers run."""
-
-    def __init__(self, model, attention=False):
-        self.model = model
-        self.image_size = _check_exportable(model)
-        # the model's feature API (VisionTransformer.stage_model / forward_blocks), not layer names
-        self.logits = model.stage_model("images", "logits")
-        self.attention = bool(attention)
-        if self.attention:
-            self._stem = model.stage_model("images", "embedded")
-            self._num_blocks = model.num_layers
-            self._tail = model.stage_model("encoded", "logits")
-
-    @property
-    def output_names(self):
-        names = ["logits", "probabilities"]
-        if self.attention:
-            names += [f"attention_{i}" for i in range(self._num_blocks)]
-        return names
-
-    def __call__(self, x):
-        """[-1, 1] float images at the model's size -> the output dict (TensorFlow tensors)."""
-        import tensorflow as tf
-
-        outputs = {}
-        if self.attention:
-            x = self._stem(x)
-            for i, (tokens, probs) in enumerate(self.model.forward_blocks(x, return_attention=True)):
-                outputs[f"attention_{i}"] = tf.cast(probs, tf.float32)
-                x = tokens
-            logits = self._tail(x)
-        else:
-            logits = self.logits(x)
-        logits = tf.cast(logits, tf.float32)
-        return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1), **outputs}
-
-    def serving_function(self, resize):
-        """uint8 images -> outputs; with `resize`, images of any size are resized first."""
-        import tensorflow as tf
-
-        h, w = self.image_size
-
-        def serve(images):
-            x = tf.cast(images, tf.float32)
-            if resize:
-                # Antialiasing only changes a dimension that shrinks: enlarging stays plain bilinear.
-                x = tf.image.resize(x, (h, w), method="bilinear", antialias=True)
-                x = tf.ensure_shape(x, (None, h, w, 3))
-            return self(preprocess_input(x))
-
-        return serve
-
-    def input_spec(self, resize):
-        import tensorflow as tf
-
-        shape = (None, None, None, 3) if resize else (None,) + tuple(self.image_size) + (3,)
-        return tf.TensorSpec(shape, tf.uint8, name=INPUT_NAME)
-
-    def write_saved_model(self, path, resize):
-        import keras
-
-        archive = keras.export.ExportArchive()
-        archive.track(self.model)
-        archive.add_endpoint("serving_default", self.serving_function(resize),
-                             input_signature=[self.input_spec(resize)])
-        archive.write_out(path, verbose=False)
-
-
-# ---------------------------------------------------------------------------------------
-# Image sets: samples for the parity check, calibration images for int8.
-
-
-def _list_images(folder):
-    return sorted(
-        os.path.join(folder, f) for f in os.listdir(folder)
-        if f.lower().endswith(IMAGE_EXTENSIONS) and os.path.isfile(os.path.join(folder, f))
-    )
-
-
-def _folder_files(folder, class_names, classes, labelled):
-    """Files of a folder and their labels: class subfolders (labelled) or images (not)."""
-    subdirs = sorted(d for d in os.listdir(folder) if os.path.isdir(os.path.join(folder, d)))
-    subdirs = [d for d in subdirs if _list_images(os.path.join(folder, d))]
-    if not subdirs:
-        files = _list_images(folder)
-        if not files:
-            raise ValueError(
-                f"{folder} holds no images ({', '.join(IMAGE_EXTENSIONS)}) and no class folders of images.")
-        return files, None
-    if not labelled:
-        return [f for d in subdirs for f in _list_images(os.path.join(folder, d))], None
-    if class_names is None:
-        if len(subdirs) != classes:
-            raise ValueError(
-                f"{folder} has {len(subdirs)} class folders but the model has {classes} classes and no "
-                "class_names to match them by name."
-            )
-        log.info("the model has no class_names: class folders of %s are matched in sorted order", folder)
-        index = {d: i for i, d in enumerate(subdirs)}
-    else:
-        index = {name: i for i, name in enumerate(class_names)}
-        unknown = [d for d in subdirs if d not in index]
-        if unknown:
-            raise ValueError(
-                f"class folder(s) {', '.join(unknown)} of {folder} are not classes of the model "
-                f"({', '.join(class_names)})."
-            )
-    files, labels = [], []
-    for d in subdirs:
-        for f in _list_images(os.path.join(folder, d)):
-            files.append(f)
-            labels.append(index[d])
-    return files, labels
-
-
-def _check_pixels(images, what):
-    """uint8 pixels from pixels in 0-255, or from model inputs in [-1, 1] (a training pipeline's output)."""
-    images = np.asarray(images)
-    if images.ndim != 4 or images.shape[-1] != 3:
-        raise ValueError(f"{what} must be RGB images (N, height, width, 3); got shape {images.shape}.")
-    if images.dtype != np.uint8:
-        lo, hi = float(np.min(images)), float(np.max(images))
-        if lo < 0 and lo >= -1.0 - 1e-3 and hi <= 1.0 + 1e-3:
-            log.info("%s are in [-1, 1], preprocessed: mapped back to pixels", what)
-            return to_pixels(images)
-        elif lo >= 0 and hi <= 1.0:
-            raise ValueError(
-                f"{what} have values in [{lo:.2f}, {hi:.2f}]: scaled to [0, 1]? Give pixels in 0-255 "
-                "(or model inputs in [-1, 1])."
-            )
-        elif lo < 0 or hi > 255:
-            raise ValueError(f"{what} have values in [{lo:.1f}, {hi:.1f}]; expected pixels in 0-255.")
-        images = np.clip(np.round(images), 0, 255).astype("uint8")
-    return images
-
-
-def _split_labels(split, class_names, classes, what):
-    """A data.Split's labels as indices of the model's classes (matched by name)."""
-    if class_names is None or list(split.class_names) == list(class_names):
-        if classes is not None and len(split.class_names) > classes:
-            raise ValueError(f"{what}: {split.origin} has {len(split.class_names)} classes, the model {classes}.")
-        return np.asarray(split.labels)
-    index = {name: i for i, name in enumerate(class_names)}
-    unknown = [c for c in split.class_names if c not in index]
-    if unknown:
-        raise ValueError(f"{what}: classes {', '.join(unknown)} of {split.origin} are not classes of the model "
-                         f"({', '.join(class_names)}).")
-    return np.asarray([index[c] for c in split.class_names])[np.asarray(split.labels)]
-
-
-def _data_split(spec, split, what):
-    """A split of a keras_vit.data source: an archive (.tgz/.tar), `root/<split>/<class>/` folders,
-    "digits" or "tfds:NAME"."""
-    from keras_vit import data
-
-    log.info("reading the %s split of %s for the %s", split, spec, what)
-    try:
-        splits = data.load_data(spec, (split,))
-    except (ValueError, OSError) as e:
-        raise ValueError(f"{what}: cannot read the {split} split of {spec}: {e}") from None
-    if split not in splits:
-        raise ValueError(f"{what}: {spec} has no {split!r} split (it has {', '.join(splits)}).")
-    return splits[split]
-
-
-def _is_data_spec(path, split):
-    """Whether `path` is a data source of keras_vit.data (as `data_source` reads it) rather than
-    images: a folder is one when it has a `split` subfolder; only "tfds:NAME" names a tfds set."""
-    from keras_vit import data
-
-    try:
-        kind, _ = data.data_source(path)
-    except ValueError:
-        return False
-    if kind == "folder":
-        return os.path.isdir(os.path.join(path, split))
-    if kind == "archive":
-        return path.lower().endswith(data.ARCHIVE_EXTENSIONS)
-    return kind == "digits" or path.startswith("tfds:")
-
-
-def load_image_set(source, image_size, *, class_names=None, classes=None, labelled=True, split="test",
-                   max_images=None, seed=0, what="images"):
-    """Images for parity checks and calibration, as uint8 at `image_size`, with labels if known.
-
-    `source` is one of:
-    - a folder of images, or of one subfolder of images per class, named as the model's
-      class_names (with `labelled=False` the names are not checked);
-    - a data source of `keras_vit.data` (a training recipe's `data`): a `.tgz`/`.tar` of
-      `<split>/<class>/` images, a folder `root/<split>/<class>/`, "digits" or
-      "tfds:NAME", of which `split` is read; or a `keras_vit.data.Split`;
-    - a list of image files; an array (N, H, W, 3) of pixels in 0-255, or a pair
-      (images, labels); a tf.data.Dataset of images or (images, labels), batched or not.
-    Arrays and datasets in [-1, 1] (a training pipeline's output) are mapped back to
-    pixels. A larger set is shuffled (with `seed`) before `max_images` are taken, since
-    class folders list their files in class order.
-
-    Returns (images, labels or None, a description of the source).
-
-    Example:
-    >>> images, labels, source = load_image_set("../shared/data/cifar10-jpeg.tgz", (32, 32),
-    ...                                         class_names=model.class_names, max_images=500)
-    """
-    import tensorflow as tf
-
-    rng = np.random.default_rng(seed)
-    labels = None
-    if isinstance(source, (str, os.PathLike)) and _is_data_spec(os.fspath(source), split):
-        source = _data_split(os.fspath(source), split, what)
-    if all(hasattr(source, a) for a in ("images", "labels", "class_names", "origin")):  # a keras_vit.data.Split
-        labels = _split_labels(source, class_names, classes, what) if labelled else None
-        images, description = np.asarray(source.images), str(source.origin)
-        if max_images and len(images) > max_images:
-            keep = rng.permutation(len(images))[:max_images]
-            images, labels = images[keep], None if labels is None else labels[keep]
-        description += f" ({len(images)} images{', labelled' if labels is not None else ''})"
-    elif isinstance(source, (str, os.PathLike)) or (
-            isinstance(source, (list, tuple)) and source and isinstance(source[0], (str, os.PathLike))):
-        if isinstance(source, (str, os.PathLike)):
-            folder = os.fspath(source)
-            if not os.path.exists(folder):
-                raise FileNotFoundError(f"{what}: {folder} does not exist.")
-            if os.path.isdir(folder):
-                files, labels = _folder_files(folder, class_names, classes, labelled)
-                description = f"{folder}{' (labelled by class folder)' if labels is not None else ''}"
-            else:
-                files, description = [folder], folder
-        else:
-            files = [os.fspath(f) for f in source]
-            description = f"{len(files)} image files"
-        order = rng.permutation(len(files)) if max_images and len(files) > max_images else np.arange(len(files))
-        order = order[:max_images] if max_images else order
-        if len(order) > 100:
-            log.info("reading %d %s from %s", len(order), what, description)
-        images = np.stack([load_image(files[i], size=image_size) for i in order])
-        labels = None if labels is None else np.asarray(labels)[order]
-        return images, labels, description
-    elif isinstance(source, tf.data.Dataset):
-        batches, label_batches = [], []
-        count = 0
-        for element in source:
-            x, y = (element[0], element[1]) if isinstance(element, (tuple, list)) else (element, None)
-            x, y = np.asarray(x), None if y is None else np.asarray(y)
-            if x.ndim == 3:  # an unbatched dataset
-                x, y = x[None], None if y is None else y[None]
-            batches.append(x)
-            if y is not None:  # class indices, or one-hot / mixed labels
-                label_batches.append(y.argmax(-1) if y.ndim == 2 else y.reshape(len(x)))
-            count += len(x)
-            if max_images and count >= max_images:
-                break
-        if not batches:
-            raise ValueError(f"{what}: the dataset is empty.")
-        images = np.concatenate(batches)[:max_images]
-        if label_batches and labelled:
-            labels = np.concatenate(label_batches)[:max_images]
-        description = f"a tf.data.Dataset ({len(images)} images)"
-    else:
-        if isinstance(source, tuple) and len(source) == 2:
-            source, labels = source
-            labels = np.asarray(labels).reshape(-1) if labelled else None
-        images = np.asarray(source)
-        if labels is not None and len(labels) != len(images):
-            raise ValueError(f"{what}: {len(images)} images but {len(labels)} labels.")
-        if max_images and len(images) > max_images:
-            keep = rng.permutation(len(images))[:max_images]
-            images, labels = images[keep], None if labels is None else labels[keep]
-        description = f"an array of {len(images)} images"
-    images = _check_pixels(images, what)
-    if len(images) == 0:
-        raise ValueError(f"{what}: no images.")
-    return resize_images(images, image_size), labels, description
 
 
 def _recipe_data(model_path):
@@ -392,194 +77,7 @@ def _recipe_data(model_path):
 
 
 # ---------------------------------------------------------------------------------------
-# Running exports: one interface for .keras, SavedModel and .tflite.
-
-
-class Classifier:
-    """A keras-vit image classifier from a `.keras` file, a SavedModel or a `.tflite` file.
-
-    Call it on uint8 RGB images (N, H, W, 3) to get numpy outputs `{"logits",
-    "probabilities", ...}`. `.keras` models and SavedModels take any H, W (resized inside,
-    as the SavedModel's graph does); a `.tflite` model takes its own size, so other sizes
-    are resized here first (the same resize, rounded to uint8).
-
-    Attributes: `format` ("keras", "saved_model" or "tflite"), `path`, `image_size`
-    ((h, w), None when unknown), `class_names` (None when the export has none).
-    """
-
-    def __init__(self, path, format, run, image_size, class_names, fixed_size, metadata=None):
-        self.path = path
-        self.format = format
-        self._run = run
-        self.image_size = None if image_size is None else tuple(int(s) for s in image_size)
-        self.class_names = None if class_names is None else [str(c) for c in class_names]
-        self.fixed_size = fixed_size
-        self.metadata = metadata or {}
-
-    def __call__(self, images, batch_size=32):
-        images = np.asarray(images)
-        if images.ndim == 3:
-            images = images[None]
-        if images.ndim != 4 or images.shape[-1] != 3 or images.dtype != np.uint8:
-            raise ValueError(f"{self.path} takes uint8 RGB images (N, H, W, 3); got {images.dtype} {images.shape}.")
-        if len(images) == 0:
-            raise ValueError(f"{self.path}: no images to classify (a batch of 0).")
-        if self.fixed_size:
-            images = resize_images(images, self.image_size)
-        outputs = [self._run(images[i:i + batch_size]) for i in range(0, len(images), batch_size)]
-        return {k: np.concatenate([o[k] for o in outputs]) for k in outputs[0]}
-
-    def classify(self, images, top=5):
-        """The `top` classes of each image as `decode_predictions` gives them."""
-        probabilities = self(images)["probabilities"]
-        names = self.class_names
-        if names is None and probabilities.shape[-1] != 1000:
-            names = [f"class {i}" for i in range(probabilities.shape[-1])]
-        return decode_predictions(probabilities, top=top, class_names=names)
-
-
-def _read_metadata(path):
-    candidates = [metadata_path(path)]
-    if os.path.isdir(path):
-        candidates.insert(0, os.path.join(path, "assets.extra", METADATA_NAME))
-    for candidate in candidates:
-        if os.path.isfile(candidate):
-            try:
-                with open(candidate, encoding="utf-8") as f:
-                    return json.load(f)
-            except (OSError, ValueError) as e:
-                raise ValueError(f"metadata {candidate} of {path} cannot be read: {e}") from None
-    return {}
-
-
-def _keras_classifier(path):
-    import tensorflow as tf
-
-    model = _float32_copy(load_keras_model(path))
-    graph = _Graph(model)
-    serve = tf.function(graph.serving_function(resize=True), input_signature=[graph.input_spec(resize=True)])
-
-    def run(images):
-        return {k: v.numpy() for k, v in serve(images).items()}
-
-    return Classifier(path, "keras", run, graph.image_size, model.class_names, fixed_size=False)
-
-
-def _saved_model_classifier(path, metadata):
-    import tensorflow as tf
-
-    try:
-        loaded = tf.saved_model.load(path)
-    except Exception as e:
-        raise ValueError(f"{path} cannot be loaded as a SavedModel: {e}") from None
-    signature = loaded.signatures.get("serving_default")
-    if signature is None:
-        raise ValueError(f"{path} is a SavedModel without a serving_default signature: not a keras-vit export.")
-    specs = signature.structured_input_signature[1]
-    spec = next(iter(specs.values())) if len(specs) == 1 else None
-    if spec is None or spec.dtype != tf.uint8 or spec.shape.rank != 4:
-        raise ValueError(
-            f"{path} is not a keras-vit export: its serving_default takes {specs}, not uint8 images (N, H, W, 3)."
-        )
-    (name,) = specs
-
-    def run(images):
-        outputs = signature(**{name: tf.constant(images)})
-        return {k: v.numpy() for k, v in outputs.items()}
-
-    run.loaded = loaded  # the signature does not keep its SavedModel (and variables) alive
-    return Classifier(path, "saved_model", run, metadata.get("image_size"), metadata.get("class_names"),
-                      fixed_size=False, metadata=metadata)
-
-
-def _litert_interpreter():
-    try:
-        from ai_edge_litert.interpreter import Interpreter
-    except ImportError:
-        raise ValueError(
-            "running TFLite models (export checks, predict) needs the LiteRT interpreter: "
-            "pip install 'keras-vit[export]' (ai-edge-litert)."
-        ) from None
-    return Interpreter
-
-
-def _tflite_classifier(path, metadata, content=None):
-    Interpreter = _litert_interpreter()
-    try:
-        interpreter = Interpreter(model_path=None if content is not None else path, model_content=content)
-        runner = interpreter.get_signature_runner("serving_default")
-    except Exception as e:
-        raise ValueError(f"{path} cannot be loaded as a TFLite model: {e}") from None
-    inputs = runner.get_input_details()
-    if len(inputs) != 1:
-        raise ValueError(f"{path} is not a keras-vit export: it takes {len(inputs)} inputs ({', '.join(inputs)}).")
-    (name, detail), = inputs.items()
-    shape = tuple(int(s) for s in detail["shape_signature"])
-    if detail["dtype"] != np.uint8 or len(shape) != 4 or shape[-1] != 3:
-        raise ValueError(
-            f"{path} is not a keras-vit export: it takes {np.dtype(detail['dtype']).name} {shape}, "
-            "not uint8 images (N, H, W, 3)."
-        )
-
-    def run(images):
-        return {k: np.asarray(v) for k, v in runner(**{name: images}).items()}
-
-    return Classifier(path, "tflite", run, shape[1:3], metadata.get("class_names"), fixed_size=True,
-                      metadata=metadata)
-
-
-def model_format(path):
-    """"keras", "saved_model" or "tflite", by content; a ValueError names a path that is none."""
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"model {path} does not exist.")
-    if os.path.isdir(path):
-        if os.path.isfile(os.path.join(path, "saved_model.pb")):
-            return "saved_model"
-    else:
-        with open(path, "rb") as f:
-            head = f.read(8)
-        if head[4:8] == b"TFL3":
-            return "tflite"
-        if zipfile.is_zipfile(path):
-            with zipfile.ZipFile(path) as z:
-                if "config.json" in z.namelist():
-                    return "keras"
-        if path.endswith(".keras"):
-            raise ValueError(f"{path} is not a valid .keras file (a zip archive with config.json): damaged or "
-                             "not a Keras model.")
-        if path.endswith(".tflite"):
-            raise ValueError(f"{path} is not a valid .tflite file (no TFL3 flatbuffer identifier): damaged or "
-                             "not a TFLite model.")
-    raise ValueError(
-        f"{path} is not a model keras-vit can run: expected a .keras file, a SavedModel folder "
-        "(with saved_model.pb) or a .tflite file."
-    )
-
-
-def load_classifier(path):
-    """Loads a `.keras` file, a SavedModel folder or a `.tflite` file as a `Classifier`.
-
-    Class names come from the `.keras` model, or from the export's metadata JSON
-    (`PATH.json`, or `assets.extra/keras_vit.json` inside a SavedModel).
-
-    Example:
-    >>> clf = load_classifier("vit_cifar10.tflite")
-    >>> clf.classify(keras_vit.load_image("cat.jpg")[None], top=3)
-    [[(3, 'cat', 0.92), (5, 'dog', 0.05), (2, 'bird', 0.01)]]
-    """
-    path = os.fspath(path)
-    fmt = model_format(path)
-    if fmt == "keras":
-        return _keras_classifier(path)
-    metadata = _read_metadata(path)
-    if fmt == "saved_model":
-        return _saved_model_classifier(path, metadata)
-    return _tflite_classifier(path, metadata)
-
-
-# ---------------------------------------------------------------------------------------
-# Export.
+# Conversion to TFLite.
 
 
 _FLEX_LIST = re.compile(r"TF Select ops: ([^\n]+)")
@@ -710,6 +208,7 @@ def _load_model(model):
     return load_keras_model(path), path
 
 
+# Over 80 lines with its docstring (the CLI's --help and the README point here); the code is ~45.
 def export_model(model, path, format=None, *, quantize=None, attention=False, representative_images=None,
                  samples=None, max_samples=1000, calibration_images=200, overwrite=False, seed=0):
     """Exports a keras-vit model as a SavedModel or a TFLite file, checked against Keras.
@@ -759,122 +258,36 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
     """
     path = os.path.abspath(os.fspath(path)).rstrip(os.sep)
     format = _format_of(path, format)
-    if quantize is not None and quantize not in QUANTIZATIONS:
-        raise ValueError(f"Unknown quantization {quantize!r}; use one of {QUANTIZATIONS}.")
-    if quantize and format != "tflite":
-        raise ValueError(f"quantization ({quantize}) applies to TFLite exports only, not {format}.")
     recipe = _recipe_data(model)
-    if quantize == "int8" and representative_images is None and recipe is None:
-        raise ValueError("int8 quantization needs representative images to calibrate on (--representative IMAGES); "
-                         "a model without the metrics.json of `keras-vit train` beside it has no data of its own.")
-    if format == "tflite":
-        _litert_interpreter()
-    meta_path = metadata_path(path)
-    for target in (path, meta_path):
-        if os.path.exists(target) and not overwrite:
-            raise FileExistsError(f"{target} exists; pass overwrite=True (--overwrite) to replace it.")
+    meta_path = _check_request(path, format, quantize, representative_images, recipe, overwrite)
 
     model, source = _load_model(model)
-    _check_exportable(model)
+    check_exportable(model)
     kind = format + (f" ({quantize})" if quantize else "")
     log.info("exporting %s to %s: %s", model.name, path, kind)
-    model = _float32_copy(model)
-    graph = _Graph(model, attention=attention)
-    image_size = graph.image_size
-
-    class_names = getattr(model, "class_names", None)
+    model = float32_copy(model)
+    graph = ServingGraph(model, attention=attention)
     sample_split, calibration_split = "test", "train"
     if recipe is not None:
         sample_split, calibration_split = recipe["test_split"], recipe["train_split"]
-    sample_images = None
-    if samples is not None:
-        sample_images, labels, sample_source = load_image_set(
-            samples, image_size, class_names=class_names, classes=model.classes, split=sample_split,
-            max_images=max_samples, seed=seed, what="samples")
-    elif recipe is not None:
-        # The model's own test data, as its recipe (metrics.json) names it, when it can be read here.
-        log.info("samples: the %s split of %s, the model's data (%s)", sample_split, recipe["data"],
-                 recipe["metrics"])
-        try:
-            sample_images, labels, sample_source = load_image_set(
-                recipe["data"], image_size, class_names=class_names, classes=model.classes, split=sample_split,
-                max_images=max_samples, seed=seed, what="samples")
-        except (ValueError, FileNotFoundError) as e:
-            log.info("cannot read it here (%s)", e)
-    if sample_images is None:
-        sample_images = np.random.default_rng(seed).integers(0, 256, (32,) + image_size + (3,), dtype=np.uint8)
-        labels, sample_source = None, "32 images of random pixels (no samples given)"
-        log.info("no sample images: checking parity on random pixels (pass samples, --samples, for real images "
-                 "and accuracy)")
-    calibration = None
+    sample_images, labels, sample_source = _sample_images(
+        model, graph.image_size, samples, recipe, sample_split, max_samples, seed)
+    calibration = calibration_source = None
     if quantize == "int8":
         if representative_images is None:
             log.info("representative images: the %s split of %s, the model's training data (%s)",
                      calibration_split, recipe["data"], recipe["metrics"])
             representative_images = recipe["data"]
         calibration, _, calibration_source = load_image_set(
-            representative_images, image_size, labelled=False, split=calibration_split,
+            representative_images, graph.image_size, labelled=False, split=calibration_split,
             max_images=calibration_images, seed=seed + 1, what="representative images")
 
     with atomic_path(path, overwrite=overwrite, suffix=".tflite" if format == "tflite" else "") as tmp:
-        if format == "saved_model":
-            graph.write_saved_model(tmp, resize=True)
-            log.info("wrote the SavedModel: serving_default takes uint8 images of any size -> %s",
-                     ", ".join(graph.output_names))
-            exported = _saved_model_classifier(tmp, {})
-        else:
-            if calibration is not None:
-                log.info("converting to TFLite (builtin ops, int8), calibrating on %d images from %s",
-                         len(calibration), calibration_source)
-            else:
-                log.info("converting to TFLite (builtin ops%s)", f", {quantize}" if quantize else "")
-            content = _convert_tflite(graph, path, quantize, calibration, model.name)
-            with open(tmp, "wb") as f:
-                f.write(content)
-            log.info("converted: %s; serving_default takes uint8 (N, %d, %d, 3) -> %s",
-                     _size_text(len(content)), *image_size, ", ".join(graph.output_names))
-            exported = _tflite_classifier(tmp, {}, content=content)
-
+        exported = _write_export(graph, tmp, path, format, quantize, calibration, calibration_source, model.name)
         log.info("checking parity against Keras on %d images from %s", len(sample_images), sample_source)
-        reference = _reference(graph, sample_images)
-        try:
-            outputs = exported(sample_images)
-        except Exception as e:
-            raise ValueError(
-                f"the {kind} export of {model.name} does not run: {e}. Nothing was written to {path}.") from None
-        missing = set(graph.output_names) - set(outputs)
-        if missing:
-            raise ValueError(f"the {kind} export lacks the outputs {sorted(missing)}. Nothing was written to {path}.")
-        tolerance = None if quantize else FLOAT32_TOLERANCE
-        try:
-            report = _parity(reference, outputs, labels, tolerance)
-        except ValueError as e:
-            raise ValueError(f"the {kind} export of {model.name}: {e}. Nothing was written to {path}.") from None
+        report = _check_parity(graph, exported, sample_images, labels, kind, quantize, format, model.name, path)
         report["sample_source"] = sample_source
-        log.info("parity: %s", format_parity(report))
-        if tolerance is not None and report["max_abs_logit_diff"] > tolerance:
-            raise ValueError(
-                f"the float32 {format} export of {model.name} differs from Keras by "
-                f"{report['max_abs_logit_diff']:.3g} in the logits (tolerance {tolerance:g}). "
-                f"Nothing was written to {path}."
-            )
-        from keras_vit import __version__
-
-        metadata = {
-            "keras_vit": __version__,
-            "format": format,
-            "quantization": quantize,
-            "source": source,
-            "image_size": list(image_size),
-            "input": {"name": INPUT_NAME, "dtype": "uint8",
-                      "shape": [None, None, None, 3] if format == "saved_model" else [None, *image_size, 3]},
-            "preprocessing": (("bilinear resize to %dx%d (antialiased when shrinking), " % image_size
-                               if format == "saved_model" else "") + "x / 127.5 - 1"),
-            "outputs": graph.output_names,
-            "classes": int(model.classes),
-            "class_names": class_names,
-            "parity": report,
-        }
+        metadata = _metadata(model, source, format, quantize, graph, report)
         if calibration is not None:
             metadata["calibration"] = {"images": int(len(calibration)), "source": calibration_source}
         text = json.dumps(metadata, indent=2) + "\n"
@@ -888,3 +301,108 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
             f.write(text)
     log.info("wrote %s and %s", path, meta_path)
     return metadata
+
+
+def _check_request(path, format, quantize, representative_images, recipe, overwrite):
+    """Refuses a bad request before any work; returns the metadata path."""
+    if quantize is not None and quantize not in QUANTIZATIONS:
+        raise ValueError(f"Unknown quantization {quantize!r}; use one of {QUANTIZATIONS}.")
+    if quantize and format != "tflite":
+        raise ValueError(f"quantization ({quantize}) applies to TFLite exports only, not {format}.")
+    if quantize == "int8" and representative_images is None and recipe is None:
+        raise ValueError("int8 quantization needs representative images to calibrate on (--representative IMAGES); "
+                         "a model without the metrics.json of `keras-vit train` beside it has no data of its own.")
+    if format == "tflite":
+        litert_interpreter()
+    meta_path = metadata_path(path)
+    for target in (path, meta_path):
+        if os.path.exists(target) and not overwrite:
+            raise FileExistsError(f"{target} exists; pass overwrite=True (--overwrite) to replace it.")
+    return meta_path
+
+
+def _sample_images(model, image_size, samples, recipe, split, max_samples, seed):
+    """The parity check's images: given, else the model's own test split, else random pixels."""
+    class_names = getattr(model, "class_names", None)
+    if samples is not None:
+        return load_image_set(samples, image_size, class_names=class_names, classes=model.classes, split=split,
+                              max_images=max_samples, seed=seed, what="samples")
+    if recipe is not None:
+        # The model's own test data, as its recipe (metrics.json) names it, when it can be read here.
+        log.info("samples: the %s split of %s, the model's data (%s)", split, recipe["data"], recipe["metrics"])
+        try:
+            return load_image_set(recipe["data"], image_size, class_names=class_names, classes=model.classes,
+                                  split=split, max_images=max_samples, seed=seed, what="samples")
+        except (ValueError, FileNotFoundError) as e:
+            log.info("cannot read it here (%s)", e)
+    images = np.random.default_rng(seed).integers(0, 256, (32,) + image_size + (3,), dtype=np.uint8)
+    log.info("no sample images: checking parity on random pixels (pass samples, --samples, for real images "
+             "and accuracy)")
+    return images, None, "32 images of random pixels (no samples given)"
+
+
+def _write_export(graph, tmp, path, format, quantize, calibration, calibration_source, name):
+    """Writes the SavedModel or the .tflite file to `tmp`; the export, loaded as a Classifier."""
+    if format == "saved_model":
+        graph.write_saved_model(tmp, resize=True)
+        log.info("wrote the SavedModel: serving_default takes uint8 images of any size -> %s",
+                 ", ".join(graph.output_names))
+        return saved_model_classifier(tmp, {})
+    if calibration is not None:
+        log.info("converting to TFLite (builtin ops, int8), calibrating on %d images from %s",
+                 len(calibration), calibration_source)
+    else:
+        log.info("converting to TFLite (builtin ops%s)", f", {quantize}" if quantize else "")
+    content = _convert_tflite(graph, path, quantize, calibration, name)
+    with open(tmp, "wb") as f:
+        f.write(content)
+    log.info("converted: %s; serving_default takes uint8 (N, %d, %d, 3) -> %s",
+             _size_text(len(content)), *graph.image_size, ", ".join(graph.output_names))
+    return tflite_classifier(tmp, {}, content=content)
+
+
+def _check_parity(graph, exported, images, labels, kind, quantize, format, name, path):
+    """Runs the export and the Keras model on `images`; the parity report, or a refusal."""
+    reference = _reference(graph, images)
+    try:
+        outputs = exported(images)
+    except Exception as e:
+        raise ValueError(f"the {kind} export of {name} does not run: {e}. Nothing was written to {path}.") from None
+    missing = set(graph.output_names) - set(outputs)
+    if missing:
+        raise ValueError(f"the {kind} export lacks the outputs {sorted(missing)}. Nothing was written to {path}.")
+    tolerance = None if quantize else FLOAT32_TOLERANCE
+    try:
+        report = _parity(reference, outputs, labels, tolerance)
+    except ValueError as e:
+        raise ValueError(f"the {kind} export of {name}: {e}. Nothing was written to {path}.") from None
+    log.info("parity: %s", format_parity(report))
+    if tolerance is not None and report["max_abs_logit_diff"] > tolerance:
+        raise ValueError(
+            f"the float32 {format} export of {name} differs from Keras by "
+            f"{report['max_abs_logit_diff']:.3g} in the logits (tolerance {tolerance:g}). "
+            f"Nothing was written to {path}."
+        )
+    return report
+
+
+def _metadata(model, source, format, quantize, graph, report):
+    """What goes beside an export as JSON: its input, preprocessing, outputs, classes and parity."""
+    from keras_vit import __version__
+
+    image_size = graph.image_size
+    return {
+        "keras_vit": __version__,
+        "format": format,
+        "quantization": quantize,
+        "source": source,
+        "image_size": list(image_size),
+        "input": {"name": INPUT_NAME, "dtype": "uint8",
+                  "shape": [None, None, None, 3] if format == "saved_model" else [None, *image_size, 3]},
+        "preprocessing": (("bilinear resize to %dx%d (antialiased when shrinking), " % image_size
+                           if format == "saved_model" else "") + "x / 127.5 - 1"),
+        "outputs": graph.output_names,
+        "classes": int(model.classes),
+        "class_names": getattr(model, "class_names", None),
+        "parity": report,
+    }

@@ -1,0 +1,340 @@
+"""Serving: the exported models' function, and running any keras-vit model file the same way.
+
+`ServingGraph` is the one serving function (uint8 images -> resize -> `preprocess_input` ->
+the model's own layers -> `{"logits", "probabilities"[, "attention_i"]}`) that the SavedModel,
+the TFLite conversion and `.keras` prediction all use. `load_classifier` runs a `.keras` file,
+a SavedModel or a `.tflite` file behind one `Classifier` interface (`keras-vit predict`).
+Writing and checking exports is keras_vit/export.py's job.
+"""
+
+import json
+import logging
+import os
+import zipfile
+
+import numpy as np
+
+from keras_vit.applications import decode_predictions, preprocess_input, resize_images
+from keras_vit.checkpoints import load_keras_model
+
+log = logging.getLogger("keras_vit")
+
+METADATA_NAME = "keras_vit.json"  # inside a SavedModel, under assets.extra/
+INPUT_NAME = "images"
+
+
+def metadata_path(path):
+    """Where the metadata and parity report of an export live: `PATH.json` beside it."""
+    return os.path.abspath(os.fspath(path)).rstrip(os.sep) + ".json"
+
+
+# ---------------------------------------------------------------------------------------
+# The serving function: one definition for the SavedModel, TFLite and `.keras` prediction.
+
+
+def float32_copy(model):
+    """The model itself in float32, or a float32 twin with its weights (TFLite cannot take
+    a mixed_bfloat16 graph, and parity is defined against float32 numerics)."""
+    import keras
+
+    if all(getattr(layer, "compute_dtype", "float32") == "float32" for layer in model.layers):
+        return model
+    log.info("%s computes in %s: exporting a float32 copy of its weights",
+             model.name, model.dtype_policy.name)
+    policy = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("float32")
+    try:
+        twin = type(model).from_config(model.get_config())
+    finally:
+        keras.config.set_dtype_policy(policy)
+    if tuple(twin.input_shape) != tuple(model.input_shape):
+        raise ValueError(
+            f"{model.name!r} was built on an input_tensor of shape {model.input_shape}, which its config cannot "
+            "rebuild in float32; build it under the float32 policy to export it."
+        )
+    twin.set_weights([np.asarray(w, "float32") for w in model.get_weights()])
+    return twin
+
+
+def check_exportable(model):
+    from keras_vit.models import VisionTransformer
+
+    if not isinstance(model, VisionTransformer):
+        raise ValueError(
+            f"expected a keras_vit.VisionTransformer, got {type(model).__name__} {getattr(model, 'name', '')!r}."
+        )
+    if not model.include_top:
+        raise ValueError(
+            f"{model.name!r} has no classification head (include_top=False); the export's outputs are "
+            "logits and probabilities."
+        )
+    shape = tuple(model.input_shape)
+    if len(shape) != 4 or None in shape[1:] or shape[-1] != 3:
+        raise ValueError(f"{model.name!r} takes inputs of shape {shape}; expected (batch, height, width, 3).")
+    return shape[1], shape[2]
+
+
+class ServingGraph:
+    """The model's layers rewired for serving: true logits (from the head, before any
+    `predictions` activation) and, on request, every block's attention probabilities.
+    No numerics are re-implemented: the model's own layers run."""
+
+    def __init__(self, model, attention=False):
+        self.model = model
+        self.image_size = check_exportable(model)
+        # the model's feature API (VisionTransformer.stage_model / forward_blocks), not layer names
+        self.logits = model.stage_model("images", "logits")
+        self.attention = bool(attention)
+        if self.attention:
+            self._stem = model.stage_model("images", "embedded")
+            self._num_blocks = model.num_layers
+            self._tail = model.stage_model("encoded", "logits")
+
+    @property
+    def output_names(self):
+        names = ["logits", "probabilities"]
+        if self.attention:
+            names += [f"attention_{i}" for i in range(self._num_blocks)]
+        return names
+
+    def __call__(self, x):
+        """[-1, 1] float images at the model's size -> the output dict (TensorFlow tensors)."""
+        import tensorflow as tf
+
+        outputs = {}
+        if self.attention:
+            x = self._stem(x)
+            for i, (tokens, probs) in enumerate(self.model.forward_blocks(x, return_attention=True)):
+                outputs[f"attention_{i}"] = tf.cast(probs, tf.float32)
+                x = tokens
+            logits = self._tail(x)
+        else:
+            logits = self.logits(x)
+        logits = tf.cast(logits, tf.float32)
+        return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1), **outputs}
+
+    def serving_function(self, resize):
+        """uint8 images -> outputs; with `resize`, images of any size are resized first."""
+        import tensorflow as tf
+
+        h, w = self.image_size
+
+        def serve(images):
+            x = tf.cast(images, tf.float32)
+            if resize:
+                # Antialiasing only changes a dimension that shrinks: enlarging stays plain bilinear.
+                x = tf.image.resize(x, (h, w), method="bilinear", antialias=True)
+                x = tf.ensure_shape(x, (None, h, w, 3))
+            return self(preprocess_input(x))
+
+        return serve
+
+    def input_spec(self, resize):
+        import tensorflow as tf
+
+        shape = (None, None, None, 3) if resize else (None,) + tuple(self.image_size) + (3,)
+        return tf.TensorSpec(shape, tf.uint8, name=INPUT_NAME)
+
+    def write_saved_model(self, path, resize):
+        import keras
+
+        archive = keras.export.ExportArchive()
+        archive.track(self.model)
+        archive.add_endpoint("serving_default", self.serving_function(resize),
+                             input_signature=[self.input_spec(resize)])
+        archive.write_out(path, verbose=False)
+
+
+# ---------------------------------------------------------------------------------------
+# Image sets: samples for the parity check, calibration images for int8.
+
+
+# ---------------------------------------------------------------------------------------
+# Running exports: one interface for .keras, SavedModel and .tflite.
+
+
+class Classifier:
+    """A keras-vit image classifier from a `.keras` file, a SavedModel or a `.tflite` file.
+
+    Call it on uint8 RGB images (N, H, W, 3) to get numpy outputs `{"logits",
+    "probabilities", ...}`. `.keras` models and SavedModels take any H, W (resized inside,
+    as the SavedModel's graph does); a `.tflite` model takes its own size, so other sizes
+    are resized here first (the same resize, rounded to uint8).
+
+    Attributes: `format` ("keras", "saved_model" or "tflite"), `path`, `image_size`
+    ((h, w), None when unknown), `class_names` (None when the export has none).
+    """
+
+    def __init__(self, path, format, run, image_size, class_names, fixed_size, metadata=None):
+        self.path = path
+        self.format = format
+        self._run = run
+        self.image_size = None if image_size is None else tuple(int(s) for s in image_size)
+        self.class_names = None if class_names is None else [str(c) for c in class_names]
+        self.fixed_size = fixed_size
+        self.metadata = metadata or {}
+
+    def __call__(self, images, batch_size=32):
+        images = np.asarray(images)
+        if images.ndim == 3:
+            images = images[None]
+        if images.ndim != 4 or images.shape[-1] != 3 or images.dtype != np.uint8:
+            raise ValueError(f"{self.path} takes uint8 RGB images (N, H, W, 3); got {images.dtype} {images.shape}.")
+        if len(images) == 0:
+            raise ValueError(f"{self.path}: no images to classify (a batch of 0).")
+        if self.fixed_size:
+            images = resize_images(images, self.image_size)
+        outputs = [self._run(images[i:i + batch_size]) for i in range(0, len(images), batch_size)]
+        return {k: np.concatenate([o[k] for o in outputs]) for k in outputs[0]}
+
+    def classify(self, images, top=5):
+        """The `top` classes of each image as `decode_predictions` gives them."""
+        probabilities = self(images)["probabilities"]
+        names = self.class_names
+        if names is None and probabilities.shape[-1] != 1000:
+            names = [f"class {i}" for i in range(probabilities.shape[-1])]
+        return decode_predictions(probabilities, top=top, class_names=names)
+
+
+def _read_metadata(path):
+    candidates = [metadata_path(path)]
+    if os.path.isdir(path):
+        candidates.insert(0, os.path.join(path, "assets.extra", METADATA_NAME))
+    for candidate in candidates:
+        if os.path.isfile(candidate):
+            try:
+                with open(candidate, encoding="utf-8") as f:
+                    return json.load(f)
+            except (OSError, ValueError) as e:
+                raise ValueError(f"metadata {candidate} of {path} cannot be read: {e}") from None
+    return {}
+
+
+def _keras_classifier(path):
+    import tensorflow as tf
+
+    model = float32_copy(load_keras_model(path))
+    graph = ServingGraph(model)
+    serve = tf.function(graph.serving_function(resize=True), input_signature=[graph.input_spec(resize=True)])
+
+    def run(images):
+        return {k: v.numpy() for k, v in serve(images).items()}
+
+    return Classifier(path, "keras", run, graph.image_size, model.class_names, fixed_size=False)
+
+
+def saved_model_classifier(path, metadata):
+    import tensorflow as tf
+
+    try:
+        loaded = tf.saved_model.load(path)
+    except Exception as e:
+        raise ValueError(f"{path} cannot be loaded as a SavedModel: {e}") from None
+    signature = loaded.signatures.get("serving_default")
+    if signature is None:
+        raise ValueError(f"{path} is a SavedModel without a serving_default signature: not a keras-vit export.")
+    specs = signature.structured_input_signature[1]
+    spec = next(iter(specs.values())) if len(specs) == 1 else None
+    if spec is None or spec.dtype != tf.uint8 or spec.shape.rank != 4:
+        raise ValueError(
+            f"{path} is not a keras-vit export: its serving_default takes {specs}, not uint8 images (N, H, W, 3)."
+        )
+    (name,) = specs
+
+    def run(images):
+        outputs = signature(**{name: tf.constant(images)})
+        return {k: v.numpy() for k, v in outputs.items()}
+
+    run.loaded = loaded  # the signature does not keep its SavedModel (and variables) alive
+    return Classifier(path, "saved_model", run, metadata.get("image_size"), metadata.get("class_names"),
+                      fixed_size=False, metadata=metadata)
+
+
+def litert_interpreter():
+    try:
+        from ai_edge_litert.interpreter import Interpreter
+    except ImportError:
+        raise ValueError(
+            "running TFLite models (export checks, predict) needs the LiteRT interpreter: "
+            "pip install 'keras-vit[export]' (ai-edge-litert)."
+        ) from None
+    return Interpreter
+
+
+def tflite_classifier(path, metadata, content=None):
+    Interpreter = litert_interpreter()
+    try:
+        interpreter = Interpreter(model_path=None if content is not None else path, model_content=content)
+        runner = interpreter.get_signature_runner("serving_default")
+    except Exception as e:
+        raise ValueError(f"{path} cannot be loaded as a TFLite model: {e}") from None
+    inputs = runner.get_input_details()
+    if len(inputs) != 1:
+        raise ValueError(f"{path} is not a keras-vit export: it takes {len(inputs)} inputs ({', '.join(inputs)}).")
+    (name, detail), = inputs.items()
+    shape = tuple(int(s) for s in detail["shape_signature"])
+    if detail["dtype"] != np.uint8 or len(shape) != 4 or shape[-1] != 3:
+        raise ValueError(
+            f"{path} is not a keras-vit export: it takes {np.dtype(detail['dtype']).name} {shape}, "
+            "not uint8 images (N, H, W, 3)."
+        )
+
+    def run(images):
+        return {k: np.asarray(v) for k, v in runner(**{name: images}).items()}
+
+    return Classifier(path, "tflite", run, shape[1:3], metadata.get("class_names"), fixed_size=True,
+                      metadata=metadata)
+
+
+def model_format(path):
+    """"keras", "saved_model" or "tflite", by content; a ValueError names a path that is none."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"model {path} does not exist.")
+    if os.path.isdir(path):
+        if os.path.isfile(os.path.join(path, "saved_model.pb")):
+            return "saved_model"
+    else:
+        with open(path, "rb") as f:
+            head = f.read(8)
+        if head[4:8] == b"TFL3":
+            return "tflite"
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as z:
+                if "config.json" in z.namelist():
+                    return "keras"
+        if path.endswith(".keras"):
+            raise ValueError(f"{path} is not a valid .keras file (a zip archive with config.json): damaged or "
+                             "not a Keras model.")
+        if path.endswith(".tflite"):
+            raise ValueError(f"{path} is not a valid .tflite file (no TFL3 flatbuffer identifier): damaged or "
+                             "not a TFLite model.")
+    raise ValueError(
+        f"{path} is not a model keras-vit can run: expected a .keras file, a SavedModel folder "
+        "(with saved_model.pb) or a .tflite file."
+    )
+
+
+def load_classifier(path):
+    """Loads a `.keras` file, a SavedModel folder or a `.tflite` file as a `Classifier`.
+
+    Class names come from the `.keras` model, or from the export's metadata JSON
+    (`PATH.json`, or `assets.extra/keras_vit.json` inside a SavedModel).
+
+    Example:
+    >>> clf = load_classifier("vit_cifar10.tflite")
+    >>> clf.classify(keras_vit.load_image("cat.jpg")[None], top=3)
+    [[(3, 'cat', 0.92), (5, 'dog', 0.05), (2, 'bird', 0.01)]]
+    """
+    path = os.fspath(path)
+    fmt = model_format(path)
+    if fmt == "keras":
+        return _keras_classifier(path)
+    metadata = _read_metadata(path)
+    if fmt == "saved_model":
+        return saved_model_classifier(path, metadata)
+    return tflite_classifier(path, metadata)
+
+
+# ---------------------------------------------------------------------------------------
+# Export.
