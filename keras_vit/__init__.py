@@ -16,7 +16,7 @@ if not _log.handlers:
     _log.setLevel(logging.INFO)
     _log.propagate = False
 
-from keras_vit.layers import DropPath, Patches, PatchEncoder, TransformerBlock  # noqa: E402
+from keras_vit.layers import Attention, DropPath, Patches, PatchEncoder, TransformerBlock  # noqa: E402
 from keras_vit.stem import BottleneckUnit, StdConv2D  # noqa: E402
 from keras_vit.models import (  # noqa: E402
     VARIANTS,

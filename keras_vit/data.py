@@ -5,6 +5,10 @@ A source gives uint8 RGB images and integer labels with class names; `make_datas
 turns a split into a batched `tf.data.Dataset` of (images in [-1, 1], one-hot labels).
 Datasets sorted by class are always shuffled with a fixed seed before any slicing, so
 no split or subset is biased towards the first classes.
+
+`data_source` is the one reading of a data spec ("digits", "tfds:NAME", a folder, an
+archive) for training and export alike; `load_image_set` reads the sample and calibration
+images of an export from any of those, or from files, arrays and datasets.
 """
 
 import logging
