@@ -9,7 +9,6 @@ import json
 import logging
 import os
 import pathlib
-import tarfile
 
 import keras
 import numpy as np
@@ -327,39 +326,6 @@ def test_bad_models_are_refused(digits_model, tmp_path):
     with pytest.raises(FileNotFoundError, match=r"missing\.keras does not exist"):
         export_model(tmp_path / "missing.keras", tmp_path / "m.tflite")
     assert os.listdir(tmp_path) == []
-
-
-def test_image_sets_from_data_pipelines(digits, tmp_path):
-    from keras_vit import data
-    from keras_vit.export import load_image_set
-
-    x, y = digits["test"]
-    # A training pipeline's output: images in [-1, 1], one-hot labels, batched.
-    split = data.from_arrays(x[:50], y[:50], DIGITS, origin="digits test")
-    pipeline = data.make_dataset(split, 16, 16, training=False)
-    images, labels, source = load_image_set(pipeline, (16, 16))
-    assert images.dtype == np.uint8 and np.max(np.abs(images.astype(int) - x[:50])) <= 1
-    assert np.array_equal(labels, y[:50]) and source == "a tf.data.Dataset (50 images)"
-    # A data.Split whose class order differs from the model's: labels follow the names.
-    reversed_names = DIGITS[::-1]
-    flipped = data.from_arrays(x[:20], 9 - y[:20], reversed_names, origin="flipped")
-    _, labels, _ = load_image_set(flipped, (16, 16), class_names=DIGITS, max_images=20)
-    assert np.array_equal(labels, y[:20])
-    with pytest.raises(ValueError, match="classes ten of odd are not classes of the model"):
-        load_image_set(data.from_arrays(x[:2], [0, 1], ["0", "ten"], origin="odd"), (16, 16), class_names=DIGITS)
-    # An archive of split/class folders, as recipes name their data: the requested split is read.
-    root = tmp_path / "set"
-    for i in range(12):
-        _write_image(root / ("train" if i < 8 else "test") / str(y[i]) / f"{i}.png", x[i])
-    archive = tmp_path / "set.tgz"
-    with tarfile.open(archive, "w:gz") as tar:
-        tar.add(root, arcname="set")
-    images, labels, source = load_image_set(str(archive), (16, 16), class_names=DIGITS, split="test")
-    assert len(images) == 4 and sorted(labels) == sorted(y[8:12]) and source.startswith(f"{archive}:test")
-    images, labels, _ = load_image_set(str(root), (32, 32), class_names=DIGITS, split="train", labelled=False)
-    assert images.shape == (8, 32, 32, 3) and labels is None
-    images, labels, _ = load_image_set("digits", (16, 16), class_names=DIGITS, split="test", max_images=30)
-    assert images.shape == (30, 16, 16, 3) and labels.shape == (30,)
 
 
 def test_int8_calibrates_and_checks_on_the_models_own_data(digits_model, tmp_path, keras_vit_log):
