@@ -99,6 +99,28 @@ def test_no_import_cycles_in_the_package():
         pytest.fail("import cycle: " + "; ".join(steps))
 
 
+# The house's floors, bottom up (README "Layout"): a module imports only from its own floor or below.
+FLOORS = {
+    "keras_vit._common": 0, "keras_vit._files": 0, "keras_vit._optional": 0, "keras_vit.presets": 0,
+    "keras_vit.layers": 1, "keras_vit.stem": 1,
+    "keras_vit.models": 2,
+    "keras_vit.posemb": 3, "keras_vit.checkpoints": 3,
+    "keras_vit.applications": 4, "keras_vit.data": 4,
+    "keras_vit.serving": 5, "keras_vit.export": 5, "keras_vit.training": 5, "keras_vit.visualize": 5,
+    "keras_vit.cli": 6,
+}
+
+
+def test_imports_point_one_way_up_the_floors():
+    graph = _graph()
+    unplaced = sorted(set(graph) - set(FLOORS) - {"keras_vit"})
+    assert not unplaced, f"modules with no floor in tests/test_house.py FLOORS: {unplaced}"
+    downward = [f"{module} (floor {FLOORS[module]}, line {line}) imports {target} (floor {FLOORS[target]})"
+                for module, targets in graph.items() if module in FLOORS
+                for target, line in targets.items() if FLOORS[target] > FLOORS[module]]
+    assert not downward, "imports against the house's direction:\n" + "\n".join(downward)
+
+
 def test_no_module_imports_another_modules_private_names():
     """keras_vit/_files.py-style private modules are fine; `_name`s of other modules are not."""
     crossings = []
