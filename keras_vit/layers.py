@@ -188,7 +188,7 @@ class DropPath(keras.layers.Layer):
         return {**super().get_config(), "rate": self.rate, "seed": self.seed}
 
 
-def _matmul_bias(x, kernel, bias, dtype):
+def matmul_bias(x, kernel, bias, dtype):
     """x (N, in) @ kernel + bias as one 2-D matmul, in `dtype` (grappler fuses the bias add on TensorFlow)."""
     y = ops.matmul(x, ops.cast(kernel, dtype))
     if _TF is not None:
@@ -306,7 +306,7 @@ class Attention(keras.layers.Layer):
             dtype = self.compute_dtype
             kernel = ops.concatenate([self.query.kernel * scale, self.key.kernel, self.value.kernel], axis=1)
             bias = ops.concatenate([self.query.bias * scale, self.key.bias, self.value.bias], axis=0)
-            qkv = ops.reshape(_matmul_bias(ops.reshape(x, (-1, d)), kernel, bias, dtype), (b, t, 3, h, hd))
+            qkv = ops.reshape(matmul_bias(ops.reshape(x, (-1, d)), kernel, bias, dtype), (b, t, 3, h, hd))
             # unstack, not indexing: the gradient of an index is a zero-padded full-size tensor
             if dpa:  # (B, T, heads, head_dim) as it comes
                 q, k, v = ops.unstack(qkv, 3, axis=2)
@@ -315,7 +315,7 @@ class Attention(keras.layers.Layer):
                 q, k, v = ops.unstack(ops.transpose(qkv, (2, 0, 3, 1, 4)), 3, axis=0)
                 y, probs = self._matmul_attention(q, k, v, training)
                 y = ops.transpose(y, (0, 2, 1, 3))
-            y = _matmul_bias(ops.reshape(y, (-1, d)), self.out.kernel, self.out.bias, dtype)
+            y = matmul_bias(ops.reshape(y, (-1, d)), self.out.kernel, self.out.bias, dtype)
             return ops.reshape(y, (b, t, d)), probs
         q = ops.reshape(self.query(x) * ops.cast(scale, x.dtype), (b, t, h, hd))
         k = ops.reshape(self.key(x), (b, t, h, hd))
@@ -458,9 +458,9 @@ class TransformerBlock(keras.layers.Layer):
         if self._fusable():
             b, t = ops.shape(x)[0], ops.shape(x)[1]
             dtype = self.compute_dtype
-            y = self._gelu(_matmul_bias(ops.reshape(x, (-1, self.hidden_size)), self.mlp_dense1.kernel,
+            y = self._gelu(matmul_bias(ops.reshape(x, (-1, self.hidden_size)), self.mlp_dense1.kernel,
                                         self.mlp_dense1.bias, dtype))
-            y = _matmul_bias(self.dropout(y, training=training), self.mlp_dense2.kernel, self.mlp_dense2.bias, dtype)
+            y = matmul_bias(self.dropout(y, training=training), self.mlp_dense2.kernel, self.mlp_dense2.bias, dtype)
             return ops.reshape(y, (b, t, self.hidden_size))
         y = self._gelu(self.mlp_dense1(x))
         return self.mlp_dense2(self.dropout(y, training=training))
