@@ -14,6 +14,8 @@ Run it with keras-vit's own Python, from the repository root. Parts:
               official-layout checkpoint (written from random weights into a temp dir)
   agreement   top-1 agreement of mixed_bfloat16 with float32 on real images
   profile     per-piece timing of one B/16 encoder block (benchmarks/profile_block.py)
+  resolution  a dynamic ViT-B/16 (any size, position embeddings resampled in the graph)
+              against models built at 224 and 384 (benchmarks/resolution.py)
 
 The peers live in their own virtual environments under `--venvs` (default
 ../bench-venvs beside the repository, or $KERAS_VIT_BENCH_VENVS), created when absent: keras-hub pulls a
@@ -39,7 +41,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-PARTS = ("inference", "training", "tflite", "memory", "agreement", "profile")
+PARTS = ("inference", "training", "tflite", "memory", "agreement", "profile", "resolution")
 DEFAULT_BASELINE = "e2b7463"  # main when the speed work began (before the fused block)
 PEERS = {
     "keras-hub": ["keras-hub"],
@@ -315,6 +317,21 @@ def render(results, command):
         out += ["## Where the time goes (one B/16 encoder block, batch 8)", "",
                 "From `benchmarks/profile_block.py`; the analysis is in `benchmarks/PROFILE.md`.", "",
                 results["profile"], ""]
+    if "resolution" in results:
+        r = results["resolution"]
+        out += [f"## Any resolution: dynamic ViT-B/16 against models built per size (batch {r['batch']}, float32)", "",
+                "| image size | built for the size: img/s | dynamic (stored at 224): img/s | dynamic vs built | "
+                "per-round range | in-graph resampling | max abs logit diff |",
+                "|---|---:|---:|---:|---|---|---:|"]
+        for row in r["rows"]:
+            lo, mid, hi = row["ratio_rounds"]
+            cost = "none (stored grid)" if row["size"] == 224 else f"{(1 / row['ratio'] - 1) * 100:+.1f}% of the pass"
+            out.append(f"| {row['size']} | {row['static_img_s']:.2f} | {row['dynamic_img_s']:.2f} | "
+                       f"{row['ratio']:.3f}x | {lo:.3f}-{hi:.3f} (median {mid:.3f}) | {cost} | "
+                       f"{row['max_abs_logit_diff']:.2g} |")
+        out += ["", f"{r['rounds']} interleaved rounds, load {r['load']}. The dynamic model's pass is traced "
+                "for any size, as `model.fit` over mixed sizes and a `--no-resize` SavedModel run it; targets: "
+                "resampling <= 2% of the pass at 384, >= 0.99x at 224.", ""]
     if results.get("notes"):
         out += ["## Closing notes", "", results["notes"], ""]
     return "\n".join(out)
@@ -411,6 +428,8 @@ def run_part(part, args, results, workdir):
         results[part] = json_part("agreement.py")
     elif part == "profile":
         results[part] = run_script("profile_block.py", "--rounds", "7").strip()
+    elif part == "resolution":
+        results[part] = json_part("resolution.py", "--rounds", str(args.rounds))
 
 
 if __name__ == "__main__":

@@ -37,7 +37,12 @@ from keras_vit.models import (  # noqa: E402
     VisionTransformer,
     create_model,
 )
-from keras_vit.posemb import resample_position_embeddings, with_image_size  # noqa: E402
+from keras_vit.posemb import (  # noqa: E402
+    resample_patch_embedding,
+    resample_position_embeddings,
+    with_image_size,
+    with_patch_size,
+)
 from keras_vit.checkpoints import load_official_npz, save_official_npz  # noqa: E402
 from keras_vit.applications import (  # noqa: E402
     decode_predictions,

@@ -12,6 +12,7 @@ from keras import ops
 
 from keras_vit._common import register as _register
 from keras_vit._common import to_pair as _pair
+from keras_vit import interpolation
 
 if keras.backend.backend() == "tensorflow":
     import tensorflow as _TF
@@ -93,6 +94,46 @@ class Patches(keras.layers.Layer):
         return {**super().get_config(), "patch_size": self.patch_size}
 
 
+def check_patch_multiple(images, patch_size, what="image size"):
+    """Raises when an image's (H, W) is not a multiple of `patch_size` (pixels would be cropped).
+
+    Static sizes are checked in Python, with a ValueError; sizes unknown until run time (a
+    graph traced for any resolution) by an assertion in the graph that names both.
+    """
+    h, w = images.shape[1], images.shape[2]
+    if h is not None and w is not None:
+        grid_size((h, w), patch_size, what)
+    elif _TF is not None:
+        shape = _TF.shape(images)
+        ok = _TF.logical_and(_TF.equal(shape[1] % patch_size[0], 0), _TF.equal(shape[2] % patch_size[1], 0))
+        _TF.debugging.Assert(ok, [
+            f"{what} (H, W) is not a multiple of the patch size {tuple(patch_size)}; pixels would be "
+            "cropped. H, W =", shape[1], shape[2]])
+
+
+@_register
+class ImageSizeCheck(keras.layers.Layer):
+    """Passes images through unchanged; refuses (H, W) that are not multiples of `multiple`.
+
+    A dynamic hybrid's first layer: its stem would round odd sizes silently, so the
+    effective patch size (stem stride x patch) is checked on the image itself.
+    """
+
+    def __init__(self, multiple, **kwargs):
+        super().__init__(**kwargs)
+        self.multiple = _pair(multiple, "multiple")
+
+    def call(self, images):
+        check_patch_multiple(images, self.multiple, "image size")
+        return images
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def get_config(self):
+        return {**super().get_config(), "multiple": self.multiple}
+
+
 @_register
 class PatchEncoder(keras.layers.Layer):
     """Linear patch projection, optional class token, learnable 1-D position embeddings.
@@ -100,21 +141,35 @@ class PatchEncoder(keras.layers.Layer):
     The projection is a convolution whose kernel and stride are the patch size, as the
     official `embedding`; its kernel has the conv layout (ph, pw, C, hidden_size).
     The class token starts at zero, position embeddings (1, prefix + N, hidden_size)
-    from N(0, 0.02). After `build`, `grid_size` holds the patch grid (gh, gw).
+    from N(0, 0.02). After `build`, `grid_size` holds the patch grid (gh, gw) the position
+    embeddings are stored at: the input's, or `posemb_grid` when given.
+
+    Inputs of another size (a model with `dynamic_image_size=True` takes any multiple of
+    the patch size) get the stored embeddings resampled to their own grid inside the
+    graph, with `posemb_resample` ("official": corner-aligned bilinear, as the official
+    fine-tuning code; "bilinear"; "bicubic"; see `keras_vit.interpolation`). At the stored
+    grid nothing is resampled.
 
     Example:
     >>> enc = PatchEncoder(192, patch_size=16)
     >>> enc(keras.ops.zeros((1, 224, 224, 3))).shape, enc.grid_size
     ((1, 197, 192), (14, 14))
+    >>> enc(keras.ops.zeros((1, 384, 320, 3))).shape  # 24 x 20 patches, embeddings resampled
+    (1, 481, 192)
     """
 
-    def __init__(self, hidden_size, patch_size=16, class_token=True, **kwargs):
+    def __init__(self, hidden_size, patch_size=16, class_token=True, posemb_grid=None, posemb_resample="official",
+                 **kwargs):
         super().__init__(**kwargs)
         self.hidden_size = int(hidden_size)
         self.patch_size = _pair(patch_size, "patch_size")
         self.class_token = bool(class_token)
         self.num_prefix_tokens = int(self.class_token)
-        self.grid_size = None
+        self.posemb_grid = None if posemb_grid is None else _pair(posemb_grid, "posemb_grid")
+        if posemb_resample not in interpolation.METHODS:
+            raise ValueError(f"Unknown posemb_resample {posemb_resample!r}; use one of {interpolation.METHODS}.")
+        self.posemb_resample = posemb_resample
+        self.grid_size = self.posemb_grid
         self.projection = keras.layers.Conv2D(
             self.hidden_size,
             self.patch_size,
@@ -127,7 +182,14 @@ class PatchEncoder(keras.layers.Layer):
 
     def build(self, input_shape):
         _, h, w, c = tuple(input_shape)
-        self.grid_size = grid_size((h, w), self.patch_size, "input (H, W) of the patch encoder")
+        if self.posemb_grid is not None:
+            self.grid_size = self.posemb_grid
+        elif h is None or w is None:
+            raise ValueError(
+                f"PatchEncoder got inputs of unknown size {tuple(input_shape)}: pass posemb_grid, the patch "
+                "grid its position embeddings are stored at.")
+        else:
+            self.grid_size = grid_size((h, w), self.patch_size, "input (H, W) of the patch encoder")
         self.projection.build(tuple(input_shape))
         if self.class_token:
             self.cls = self.add_weight(shape=(1, 1, self.hidden_size), initializer="zeros", name="cls")
@@ -144,16 +206,44 @@ class PatchEncoder(keras.layers.Layer):
 
     def compute_output_shape(self, input_shape):
         _, h, w, _ = tuple(input_shape)
+        if h is None or w is None:
+            return (input_shape[0], None, self.hidden_size)
         gh, gw = grid_size((h, w), self.patch_size, "input (H, W) of the patch encoder")
         return (input_shape[0], self.num_prefix_tokens + gh * gw, self.hidden_size)
 
+    def position_embeddings_for(self, grid):
+        """The position embeddings (1, prefix + gh * gw, D) for a patch grid, in float32.
+
+        `grid` may hold symbolic sizes; the stored embeddings come back unchanged at the
+        stored grid.
+        """
+        prefix = self.num_prefix_tokens
+        stored = ops.cast(self.position_embedding, "float32")
+        gh, gw = self.grid_size
+
+        def resampled():
+            patches = ops.reshape(stored[0, prefix:], (gh, gw, self.hidden_size))
+            out = interpolation.resample_grid(patches, grid, self.posemb_resample)
+            out = ops.reshape(out, (1, -1, self.hidden_size))
+            return ops.concatenate([stored[:, :prefix], out], axis=1) if prefix else out
+
+        if all(isinstance(g, int) for g in grid):
+            return stored if tuple(grid) == tuple(self.grid_size) else resampled()
+        # a graph traced for any size: only the branch taken runs
+        same = ops.logical_and(ops.equal(grid[0], gh), ops.equal(grid[1], gw))
+        return ops.cond(same, lambda: stored, resampled)
+
     def call(self, inputs):
+        check_patch_multiple(inputs, self.patch_size, "input (H, W) of the patch encoder")
         x = self.projection(inputs)
-        x = ops.reshape(x, (-1, self.num_patches, self.hidden_size))
+        grid = tuple(x.shape[1:3])
+        if None in grid:
+            grid = (ops.shape(x)[1], ops.shape(x)[2])
+        x = ops.reshape(x, (ops.shape(x)[0], -1, self.hidden_size))
         if self.class_token:
             cls = ops.broadcast_to(ops.cast(self.cls, x.dtype), (ops.shape(x)[0], 1, self.hidden_size))
             x = ops.concatenate([cls, x], axis=1)
-        return x + ops.cast(self.position_embedding, x.dtype)
+        return x + ops.cast(self.position_embeddings_for(grid), x.dtype)
 
     def get_config(self):
         return {
@@ -161,6 +251,8 @@ class PatchEncoder(keras.layers.Layer):
             "hidden_size": self.hidden_size,
             "patch_size": self.patch_size,
             "class_token": self.class_token,
+            "posemb_grid": self.posemb_grid,
+            "posemb_resample": self.posemb_resample,
         }
 
 

@@ -10,7 +10,7 @@ from keras import ops
 
 from keras_vit._common import register as _register
 from keras_vit._common import to_pair as _pair
-from keras_vit.layers import PatchEncoder, TransformerBlock, grid_size
+from keras_vit.layers import ImageSizeCheck, PatchEncoder, TransformerBlock, grid_size
 from keras_vit.presets import PRESETS, VARIANTS, canonical_variant  # noqa: F401 (VARIANTS is public here)
 from keras_vit.stem import resnet_stem, stem_stride
 
@@ -137,6 +137,13 @@ class VisionTransformer(keras.Model):
             (`decode_predictions` and `keras-vit predict` use them).
         attention_implementation: "auto", "matmul" or "dot_product_attention", how the
             blocks compute attention (see `TransformerBlock`); no variable depends on it.
+        dynamic_image_size: False for a model of one input size; True for one that takes
+            images of any size (input (None, None, C)) that is a multiple of the effective
+            patch size (hybrids: the stem's stride x patch), with the position embeddings,
+            stored for `image_size`, resampled inside the graph to each batch's own grid.
+        posemb_resample: how a dynamic model resamples its position embeddings:
+            "official" (corner-aligned bilinear, as the official fine-tuning code and
+            `keras_vit.resample_position_embeddings`), "bilinear" or "bicubic".
 
     Example:
     >>> model = VisionTransformer(image_size=32, patch_size=4, hidden_size=64, num_layers=2,
@@ -171,9 +178,12 @@ class VisionTransformer(keras.Model):
         class_names=None,
         attention_implementation="auto",
         variant=None,
+        dynamic_image_size=False,
+        posemb_resample="official",
         **kwargs,
     ):
         image_size = _pair(image_size, "image_size")
+        dynamic_image_size = bool(dynamic_image_size)
         if variant is not None:
             variant = _check_variant(variant, patch_size, hidden_size, num_layers, num_heads, mlp_dim, resnet)
         if class_names is not None:
@@ -201,6 +211,7 @@ class VisionTransformer(keras.Model):
                 raise ValueError(f"{what} must be in [0, 1), got {rate}.")
         if resnet is None:
             grid_size(image_size, patch_size)
+            effective = patch_size
         else:
             stride = stem_stride(resnet["num_layers"])
             effective = (stride * patch_size[0], stride * patch_size[1])
@@ -209,15 +220,17 @@ class VisionTransformer(keras.Model):
                     f"image_size {image_size} is not a multiple of the hybrid's effective patch size "
                     f"{effective} (stem stride {stride} x patch {patch_size}); pixels would be cropped."
                 )
+        input_size = (None, None) if dynamic_image_size else image_size
 
         if input_tensor is None:
-            inputs = keras.Input(shape=image_size + (3,), name="image")
+            inputs = keras.Input(shape=input_size + (3,), name="image")
             x = inputs
         else:
             shape = tuple(input_tensor.shape)
-            if len(shape) != 4 or tuple(shape[1:3]) != image_size:
+            if len(shape) != 4 or (tuple(shape[1:3]) != image_size and not dynamic_image_size):
                 raise ValueError(
-                    f"input_tensor has shape {shape}; expected (batch, {image_size[0]}, {image_size[1]}, 3)."
+                    f"input_tensor has shape {shape}; expected (batch, {image_size[0]}, {image_size[1]}, 3)"
+                    + (" (or pass dynamic_image_size=True for any size)." if None in shape[1:3] else ".")
                 )
             inputs = keras.utils.get_source_inputs(input_tensor)
             inputs = inputs[0] if len(inputs) == 1 else inputs
@@ -225,9 +238,13 @@ class VisionTransformer(keras.Model):
         if x.shape[-1] != 3:
             raise ValueError(f"keras-vit models take RGB images with 3 channels; got {x.shape[-1]} channels.")
 
+        if dynamic_image_size:
+            x = ImageSizeCheck(effective, name="image_size_check")(x)
         if resnet is not None:
             x = resnet_stem(x, **resnet)
-        x = PatchEncoder(hidden_size, patch_size, class_token=classifier == "token", name="patch_encoder")(x)
+        grid = (image_size[0] // effective[0], image_size[1] // effective[1])
+        x = PatchEncoder(hidden_size, patch_size, class_token=classifier == "token", posemb_grid=grid,
+                         posemb_resample=posemb_resample, name="patch_encoder")(x)
         x = keras.layers.Dropout(dropout_rate, name="encoder_dropout")(x)
         stages = {"images": inputs, "embedded": x}  # the feature API's cut points (see `stage_model`)
         for i in range(num_layers):
@@ -288,6 +305,8 @@ class VisionTransformer(keras.Model):
         self.class_names = class_names
         self.attention_implementation = attention_implementation
         self.variant = variant
+        self.dynamic_image_size = dynamic_image_size
+        self.posemb_resample = posemb_resample
 
         if weights is not None:
             _load_weights(self, weights)
@@ -392,6 +411,8 @@ class VisionTransformer(keras.Model):
             "class_names": self.class_names,
             "attention_implementation": self.attention_implementation,
             "variant": self.variant,
+            "dynamic_image_size": self.dynamic_image_size,
+            "posemb_resample": self.posemb_resample,
         }
 
     @classmethod
@@ -427,17 +448,20 @@ def _application(variant, include_top=True, weights=None, input_tensor=None, inp
     if input_shape is None:
         input_shape = tuple(input_tensor.shape[1:]) if input_tensor is not None else (224, 224, 3)
     input_shape = tuple(input_shape)
-    if len(input_shape) != 3 or any(s is None for s in input_shape):
+    if len(input_shape) != 3 or input_shape[-1] is None or (input_shape[0] is None) != (input_shape[1] is None):
         raise ValueError(
-            f"input_shape must be a static (height, width, 3), got {input_shape}: position embeddings "
-            "are learned for one patch grid (use keras_vit.with_image_size to move a model)."
+            f"input_shape must be (height, width, 3), or (None, None, 3) for a model that takes any size, "
+            f"got {input_shape}."
         )
+    if input_shape[0] is None:  # any size; position embeddings stored for image_size (224 by default)
+        kwargs["dynamic_image_size"] = True
+        input_shape = tuple(_pair(kwargs.pop("image_size", 224), "image_size")) + input_shape[2:]
     if input_shape[-1] != 3:
         raise ValueError(
             f"keras-vit models take RGB images with 3 channels; input_shape {input_shape} has {input_shape[-1]}.")
     return create_model(
         variant,
-        image_size=input_shape[:2],
+        image_size=tuple(input_shape[:2]),
         classes=classes,
         include_top=include_top,
         classifier_activation=classifier_activation if include_top else None,
@@ -459,7 +483,8 @@ _APPLICATION_DOC = """
             checkpoint name ("imagenet21k", "imagenet21k+imagenet2012", AugReg names;
             `keras_vit.presets.PRESETS[variant].weights` lists what exists).
         input_tensor: optional Keras tensor to build the model on.
-        input_shape: (height, width, 3), default (224, 224, 3).
+        input_shape: (height, width, 3), default (224, 224, 3); (None, None, 3) for a model
+            that takes any size (position embeddings stored at 224, or `image_size=`).
         pooling: None (the classifier's own), "token", "gap"/"avg" or "unpooled".
         classes: number of classes of the head.
         classifier_activation: activation of the head; None returns logits.

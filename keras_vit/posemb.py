@@ -197,3 +197,75 @@ def copy_weights(source, target, *, method="official"):
         variable.assign(value.astype(variable.dtype))
         report["loaded"].append(variable.path)
     return report
+
+
+PATCH_METHODS = ("pi", "bilinear")
+
+
+def resample_patch_embedding(kernel, new_patch_size, method="pi"):
+    """Resizes a patch-embedding kernel to another patch size (FlexiViT, Beyer et al., 2023).
+
+    "pi" (pseudo-inverse resize) chooses the new kernel w' so that a patch x and its bilinear
+    resize B x embed alike, <B x, w'> = <x, w>: w' = pinv(B^T) w, exact when the patch grows.
+    "bilinear" resizes the kernel itself. B is `tf.image.resize`'s bilinear resize (half-pixel
+    centres, no antialiasing), as a matrix.
+
+    Args:
+        kernel: the conv kernel (ph, pw, C, D) of `PatchEncoder`'s projection.
+        new_patch_size: int or (ph', pw').
+        method: "pi" or "bilinear".
+
+    Returns:
+        A float array (ph', pw', C, D) of the kernel's dtype.
+
+    Example:
+    >>> kernel = np.random.normal(size=(16, 16, 3, 768)).astype("float32")
+    >>> resample_patch_embedding(kernel, 32).shape
+    (32, 32, 3, 768)
+    """
+    if method not in PATCH_METHODS:
+        raise ValueError(f"Unknown patch-embedding resampling method {method!r}; use one of {PATCH_METHODS}.")
+    kernel = np.asarray(kernel)
+    if kernel.ndim != 4:
+        raise ValueError(f"a patch-embedding kernel is (ph, pw, C, D), got shape {kernel.shape}.")
+    new = (new_patch_size,) * 2 if isinstance(new_patch_size, int) else tuple(int(p) for p in new_patch_size)
+    if len(new) != 2 or min(new) < 1:
+        raise ValueError(f"new_patch_size must be a positive int or (ph, pw), got {new_patch_size!r}.")
+    (ph, pw), rest = kernel.shape[:2], kernel.shape[2:]
+    if (ph, pw) == new:
+        return kernel
+    resize = np.kron(_half_pixel_weights(ph, new[0], "bilinear"), _half_pixel_weights(pw, new[1], "bilinear"))
+    flat = kernel.reshape(ph * pw, -1).astype(np.float64)
+    out = np.linalg.pinv(resize.T) @ flat if method == "pi" else resize @ flat
+    return out.reshape(new + rest).astype(kernel.dtype)
+
+
+def with_patch_size(model, patch_size, *, method="pi"):
+    """The same model with another patch size: the patch embedding resampled (FlexiViT).
+
+    The position embeddings keep their grid, so the model's native image size becomes
+    grid x new patch (hybrids: x the stem's stride); a dynamic model stays dynamic.
+
+    Example:
+    >>> model_8 = with_patch_size(keras_vit.ViTB16(), 8)   # 28x28 patches of 8 px: 224 px
+    >>> model_8.image_size, model_8.patch_size
+    ((224, 224), (8, 8))
+    """
+    new_patch = to_pair(patch_size, "patch_size")
+    config = model.get_config()
+    config["variant"] = None  # the paper's variants fix the patch size
+    gh, gw = model.patch_encoder.grid_size
+    stride = (model.image_size[0] // (gh * model.patch_size[0]), model.image_size[1] // (gw * model.patch_size[1]))
+    config["patch_size"] = new_patch
+    config["image_size"] = (gh * new_patch[0] * stride[0], gw * new_patch[1] * stride[1])
+    new = type(model).from_config(config)
+    kernel = model.patch_encoder.projection.kernel
+    source = {v.path: v for v in model.weights}
+    for variable in new.weights:
+        value = source[variable.path].numpy()
+        if variable.path == kernel.path:
+            value = resample_patch_embedding(value, new_patch, method)
+        variable.assign(value)
+    log.info("patch size %dx%d -> %dx%d (%s); image size %dx%d -> %dx%d", *model.patch_size, *new_patch, method,
+             *model.image_size, *new.image_size)
+    return new
