@@ -507,8 +507,8 @@ def load_pretrained(model, path, *, resample=None):
     if fmt == "official":
         return load_official_npz(model, files[0], resample=resample or "official")
     for name in ("layer_norm_epsilon", "approximate_gelu", "fc_norm", "pixel_mean", "pixel_std"):
-        if getattr(model, name, None) != args[name]:
-            log.warning("%s: the %s checkpoint has %s=%s, the model %r has %s", path, fmt, name, args[name],
+        if getattr(model, name, None) != args.get(name, False if name == "fc_norm" else None):
+            log.warning("%s: the %s checkpoint has %s=%s, the model %r has %s", path, fmt, name, args.get(name),
                         model.name, getattr(model, name, None))
     source = files[0] if len(files) == 1 else os.path.dirname(files[0])
     return load_state_dict(model, tensors, fmt, source=source, qkv_bias=qkv_bias, resample=resample or "bicubic")
@@ -591,7 +591,7 @@ def convert(path, out, *, variant=None, image_size=None, classes=None, represent
     if variant is not None:
         raise ValueError(f"{path} is a {fmt} checkpoint: its config gives the sizes, drop --variant.")
     overrides = {k: v for k, v in dict(image_size=image_size, classes=classes).items() if v is not None}
-    if representation_size is not None:
+    if representation_size is not None or fmt == "official":  # the official fine-tuning drops pre-logits
         overrides["representation_size"] = representation_size
     log.info("%s is a %s checkpoint", path, fmt)
     model = from_pretrained(path, resample=resample, **overrides)
