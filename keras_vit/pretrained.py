@@ -139,7 +139,9 @@ def _read_tensors(files):
         try:
             part = st.load_file(file)
         except Exception as e:  # a truncated header, a dtype numpy has no type for (bfloat16)
-            raise ValueError(f"{file} is not a safetensors file NumPy can read: {e}.") from None
+            hint = " (NumPy has no bfloat16: save the weights in float32 or float16)" if "bfloat16" in str(e).lower() \
+                or "bf16" in str(e).lower() else ""
+            raise ValueError(f"{file} is not a safetensors file NumPy can read: {e}{hint}.") from None
         tensors.update(part)
     return tensors
 
@@ -295,11 +297,15 @@ def _official_args(path):
                   "width_factor": shapes["conv_root/kernel"][-1] // 64}
     patch = shapes["embedding/kernel"][:2]
     prefix = int("cls" in shapes)
-    grid = _infer_grid(shapes["Transformer/posembed_input/pos_embedding"][1] - prefix)
     stride = stem_stride(resnet["num_layers"]) if resnet else 1
+    try:
+        grid = _infer_grid(shapes["Transformer/posembed_input/pos_embedding"][1] - prefix)
+        image_size = (grid[0] * patch[0] * stride, grid[1] * patch[1] * stride)
+    except ValueError:  # a non-square grid: the caller must give image_size
+        image_size = None
     head = shapes.get("head/kernel")
     return dict(
-        image_size=(grid[0] * patch[0] * stride, grid[1] * patch[1] * stride),
+        image_size=image_size,
         patch_size=tuple(patch),
         hidden_size=query[0],
         num_layers=max(blocks) + 1,
@@ -540,7 +546,11 @@ def from_pretrained(path, *, resample=None, variant=None, **overrides):
 
     fmt, args, tensors, qkv_bias, files = _read_checkpoint(path)
     if variant is not None:
+        if fmt != "official":
+            raise ValueError(f"{path} is a {fmt} checkpoint: its config gives the sizes; variant is for .npz files.")
         args.update(VARIANTS[canonical_variant(variant)])
+    if args.get("image_size") is None and "image_size" not in overrides:
+        raise ValueError(f"{path}: the position embeddings are not on a square grid; pass image_size=(H, W).")
     if "classes" in overrides and overrides["classes"] != args.get("classes"):
         args.pop("class_names", None)  # the checkpoint's names belong to its own head
         args["include_top"] = True  # a new head, also on a headless checkpoint

@@ -206,6 +206,13 @@ def test_missing_files_and_config_name_themselves(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="no model.safetensors"):
         from_pretrained(tmp_path / "empty")
+    truncated = _copy(TIMM, tmp_path / "t")
+    data = (truncated / "model.safetensors").read_bytes()
+    (truncated / "model.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="model.safetensors is not a safetensors file NumPy can read"):
+        from_pretrained(truncated)
+    with pytest.raises(ValueError, match="variant is for .npz"):
+        from_pretrained(TIMM, variant="B/16")
 
 
 def test_missing_safetensors_names_the_extra(monkeypatch):
