@@ -341,3 +341,22 @@ def test_preprocess_input_and_exports_use_the_models_mean_and_std():
     assert config["pixel_mean"] == mean and config["pixel_std"] == std
     with pytest.raises(ValueError, match="pixel_std must be positive"):
         tiny_vit(pixel_std=(0.5, 0.0, 0.5))
+
+
+def test_sharded_checkpoints_and_single_files(tmp_path):
+    """transformers writes big models as shards listed in model.safetensors.index.json."""
+    folder = tmp_path / "sharded"
+    folder.mkdir()
+    shutil.copy(HF / "config.json", folder)
+    arrays = st.load_file(str(HF / "model.safetensors"))
+    keys = sorted(arrays)
+    weight_map = {}
+    for i, part in enumerate((keys[: len(keys) // 2], keys[len(keys) // 2:])):
+        name = f"model-0000{i + 1}-of-00002.safetensors"
+        st.save_file({k: arrays[k] for k in part}, str(folder / name))
+        weight_map.update(dict.fromkeys(part, name))
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    io = _io(HF)
+    for path in (folder, HF / "model.safetensors"):
+        model = from_pretrained(path)
+        assert np.abs(model.predict(io["images"], verbose=0) - io["logits"]).max() <= 1e-4
