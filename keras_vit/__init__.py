@@ -44,6 +44,7 @@ from keras_vit.posemb import (  # noqa: E402
     with_patch_size,
 )
 from keras_vit.checkpoints import load_official_npz, save_official_npz  # noqa: E402
+from keras_vit.pretrained import from_pretrained, load_pretrained, save_pretrained  # noqa: E402
 from keras_vit.applications import (  # noqa: E402
     decode_predictions,
     imagenet_class_names,

@@ -68,13 +68,27 @@ def to_rgb(images, origin):
     raise ValueError(f"{origin} has {channels} channels; expected grayscale, RGB or RGBA.")
 
 
-def preprocess_input(x):
+def preprocess_input(x, *, model=None):
     """Scales RGB pixels in [0, 255] (uint8 or float) to [-1, 1], the official preprocessing.
+
+    With `model`, scales as that model's inputs were normalized: (x / 255 - pixel_mean) /
+    pixel_std, e.g. ImageNet's mean and std for a DeiT loaded with `from_pretrained`.
 
     Example:
     >>> preprocess_input(np.array([0, 255], "uint8"))  # -> [-1., 1.]
     """
-    return scale_pixels(ops.cast(x, "float32"))
+    mean, std = pixel_stats(model)
+    if mean == (0.5, 0.5, 0.5) and std == (0.5, 0.5, 0.5):
+        return scale_pixels(ops.cast(x, "float32"))
+    scale = np.array([1.0 / (255.0 * s) for s in std], "float32")
+    offset = np.array([m / s for m, s in zip(mean, std)], "float32")
+    return ops.cast(x, "float32") * scale - offset
+
+
+def pixel_stats(model=None):
+    """(mean, std) per channel on the [0, 1] scale that `model`'s inputs are normalized with."""
+    return (tuple(getattr(model, "pixel_mean", None) or (0.5, 0.5, 0.5)),
+            tuple(getattr(model, "pixel_std", None) or (0.5, 0.5, 0.5)))
 
 
 @functools.lru_cache(maxsize=1)

@@ -98,7 +98,7 @@ def _detect_layout(keys):
     return "released"
 
 
-def _read_index(path):
+def read_npz_index(path):
     """{key: (shape, dtype)} from an .npz's array headers, without reading the arrays."""
     try:
         archive = zipfile.ZipFile(path)
@@ -164,7 +164,7 @@ def load_official_npz(model, path, *, resample="official"):
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"No checkpoint file at {path}.")
-    index = _read_index(path)
+    index = read_npz_index(path)
     layout = _detect_layout(index)
     plan, missing, mismatched = [], [], []
     report = {"layout": layout, "loaded": [], "kept": [], "dropped": [], "resampled": []}
@@ -394,7 +394,7 @@ def convert_checkpoint(checkpoint, out, *, variant, image_size=224, classes=1000
         raise ValueError(f"--out must end in .keras, got {out}.")
     if os.path.exists(out) and not overwrite:
         raise FileExistsError(f"{out} exists; pass overwrite=True (--overwrite) to replace it.")
-    index = _read_index(os.fspath(checkpoint))
+    index = read_npz_index(os.fspath(checkpoint))
     classifier = "token" if "cls" in index else "gap"
     model = create_model(variant, image_size=image_size, classes=classes, classifier=classifier,
                          representation_size=representation_size)

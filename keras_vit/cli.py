@@ -6,9 +6,9 @@ import sys
 
 
 def _convert(args):
-    from keras_vit.checkpoints import convert_checkpoint
+    from keras_vit.pretrained import convert
 
-    convert_checkpoint(
+    convert(
         args.checkpoint,
         args.out,
         variant=args.variant,
@@ -110,17 +110,23 @@ def build_parser():
 
     p = commands.add_parser(
         "convert",
-        help="official .npz checkpoint -> a ready-to-fine-tune .keras model",
-        description="Builds a model of VARIANT at --image-size, loads the checkpoint (position embeddings "
-        "resampled, a new zero-initialized head when --classes differs) and writes it atomically.",
+        help="official .npz, timm or Hugging Face checkpoint -> a ready-to-fine-tune .keras model",
+        description="Tells the checkpoint's format (official .npz, a timm or transformers hub folder with "
+        "config.json + model.safetensors), builds its model (of VARIANT for an .npz given one) at --image-size, "
+        "loads it (position embeddings resampled, a new zero-initialized head when --classes differs) and writes "
+        "it atomically.",
     )
-    p.add_argument("checkpoint", help="checkpoint in the official layout (.npz)")
-    p.add_argument("--variant", required=True, help="e.g. B/16, L/16, R50+B/16 (see keras_vit.VARIANTS)")
-    p.add_argument("--image-size", type=_size, default=224, help="SIZE or H,W (default 224)")
-    p.add_argument("--classes", type=int, default=1000, help="classes of the head (default 1000)")
+    p.add_argument("checkpoint", help="official .npz, or a timm / transformers folder (config.json + model.safetensors)")
+    p.add_argument("--variant", default=None,
+                   help="for an .npz: e.g. B/16, L/16, R50+B/16 (see keras_vit.VARIANTS); default: read off its shapes")
+    p.add_argument("--image-size", type=_size, default=None,
+                   help="SIZE or H,W (default: the checkpoint's; 224 for an .npz with --variant)")
+    p.add_argument("--classes", type=int, default=None,
+                   help="classes of the head (default: the checkpoint's; 1000 for an .npz with --variant)")
     p.add_argument("--representation-size", type=int, default=None,
                    help="keep a pre-logits layer of this width (default: none, as the official fine-tuning)")
-    p.add_argument("--resample", default="official", choices=("official", "bilinear", "bicubic"))
+    p.add_argument("--resample", default=None, choices=("official", "bilinear", "bicubic"),
+                   help="position embedding resampling (default: official for .npz, bicubic as timm otherwise)")
     p.add_argument("--out", required=True, help="output .keras file")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     p.set_defaults(func=_convert)

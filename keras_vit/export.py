@@ -143,11 +143,21 @@ def _size_text(num_bytes):
     return f"{num_bytes / 2**20:.1f} MiB" if num_bytes >= 2**20 else f"{num_bytes / 2**10:.0f} KiB"
 
 
+def _scaling_text(model):
+    from keras_vit.applications import pixel_stats
+
+    mean, std = pixel_stats(model)
+    if mean == (0.5, 0.5, 0.5) and std == (0.5, 0.5, 0.5):
+        return "x / 127.5 - 1"
+    return f"(x / 255 - mean) / std, mean {list(mean)}, std {list(std)}"
+
+
 def _reference(graph, images, batch_size=64):
     """The Keras model's outputs on uint8 images at its size: the parity reference."""
     import tensorflow as tf
 
-    run = tf.function(lambda x: graph(preprocess_input(x)), input_signature=[graph.input_spec(resize=False)])
+    run = tf.function(lambda x: graph(preprocess_input(x, model=graph.model)),
+                      input_signature=[graph.input_spec(resize=False)])
     outputs = [run(tf.constant(images[i:i + batch_size])) for i in range(0, len(images), batch_size)]
     return {k: np.concatenate([o[k].numpy() for o in outputs]) for k in outputs[0]}
 
@@ -400,7 +410,7 @@ def _metadata(model, source, format, quantize, graph, report):
         "input": {"name": INPUT_NAME, "dtype": "uint8",
                   "shape": [None, None, None, 3] if format == "saved_model" else [None, *image_size, 3]},
         "preprocessing": (("bilinear resize to %dx%d (antialiased when shrinking), " % image_size
-                           if format == "saved_model" else "") + "x / 127.5 - 1"),
+                           if format == "saved_model" else "") + _scaling_text(model)),
         "outputs": graph.output_names,
         "classes": int(model.classes),
         "class_names": getattr(model, "class_names", None),

@@ -97,6 +97,13 @@ def _check_variant(variant, patch_size, hidden_size, num_layers, num_heads, mlp_
     return name
 
 
+def _pixel_stats(values, what):
+    values = tuple(float(v) for v in (values if hasattr(values, "__len__") else (values,) * 3))
+    if len(values) != 3:
+        raise ValueError(f"{what} must be 3 numbers (R, G, B), got {values}.")
+    return values
+
+
 @_register
 class VisionTransformer(keras.Model):
     """The Vision Transformer (Dosovitskiy et al., 2021) as a functional Keras model.
@@ -144,6 +151,15 @@ class VisionTransformer(keras.Model):
         posemb_resample: how a dynamic model resamples its position embeddings:
             "official" (corner-aligned bilinear, as the official fine-tuning code and
             `keras_vit.resample_position_embeddings`), "bilinear" or "bicubic".
+        layer_norm_epsilon: epsilon of every LayerNorm (1e-6 as the official code; the
+            Hugging Face transformers ViT uses 1e-12).
+        fc_norm: False (the paper): the last LayerNorm ("encoder_norm") normalizes every
+            token before pooling; True: it normalizes the pooled features instead
+            ("fc_norm", timm's placement for average-pooled models).
+        pixel_mean, pixel_std: the per-channel (R, G, B) mean and standard deviation, on
+            the [0, 1] pixel scale, that the model's inputs were normalized with:
+            x = (pixels / 255 - mean) / std. The default 0.5 is the official [-1, 1]
+            scaling; `preprocess_input(x, model=model)` and exports use the model's values.
 
     Example:
     >>> model = VisionTransformer(image_size=32, patch_size=4, hidden_size=64, num_layers=2,
@@ -180,12 +196,19 @@ class VisionTransformer(keras.Model):
         variant=None,
         dynamic_image_size=False,
         posemb_resample="official",
+        layer_norm_epsilon=1e-6,
+        fc_norm=False,
+        pixel_mean=(0.5, 0.5, 0.5),
+        pixel_std=(0.5, 0.5, 0.5),
         **kwargs,
     ):
         image_size = _pair(image_size, "image_size")
         dynamic_image_size = bool(dynamic_image_size)
         if variant is not None:
             variant = _check_variant(variant, patch_size, hidden_size, num_layers, num_heads, mlp_dim, resnet)
+        pixel_mean, pixel_std = _pixel_stats(pixel_mean, "pixel_mean"), _pixel_stats(pixel_std, "pixel_std")
+        if min(pixel_std) <= 0:
+            raise ValueError(f"pixel_std must be positive, got {pixel_std}.")
         if class_names is not None:
             class_names = [str(c) for c in class_names]
             if not include_top or len(class_names) != classes:
@@ -256,10 +279,12 @@ class VisionTransformer(keras.Model):
                 drop_path_rate=drop_path_rate * i / max(num_layers - 1, 1),
                 approximate_gelu=approximate_gelu,
                 attention_implementation=attention_implementation,
+                layer_norm_epsilon=layer_norm_epsilon,
                 name=f"encoderblock_{i}",
             )(x)
         stages["encoded"] = x
-        x = keras.layers.LayerNormalization(epsilon=1e-6, name="encoder_norm")(x)
+        if not fc_norm:
+            x = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="encoder_norm")(x)
         stages["features"] = x
 
         pool = pooling or classifier
@@ -268,6 +293,8 @@ class VisionTransformer(keras.Model):
             x = x[:, 0]
         elif pool in ("gap", "avg"):
             x = ops.mean(x[:, prefix:] if prefix else x, axis=1)
+        if fc_norm:
+            x = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="fc_norm")(x)
         if representation_size is not None:
             x = keras.layers.Dense(representation_size, activation="tanh", name="pre_logits")(x)
         stages["pre_logits"] = x
@@ -307,6 +334,10 @@ class VisionTransformer(keras.Model):
         self.variant = variant
         self.dynamic_image_size = dynamic_image_size
         self.posemb_resample = posemb_resample
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.fc_norm = bool(fc_norm)
+        self.pixel_mean = pixel_mean
+        self.pixel_std = pixel_std
 
         if weights is not None:
             _load_weights(self, weights)
@@ -413,6 +444,10 @@ class VisionTransformer(keras.Model):
             "variant": self.variant,
             "dynamic_image_size": self.dynamic_image_size,
             "posemb_resample": self.posemb_resample,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "fc_norm": self.fc_norm,
+            "pixel_mean": self.pixel_mean,
+            "pixel_std": self.pixel_std,
         }
 
     @classmethod

@@ -125,7 +125,7 @@ class ServingGraph:
                 # Antialiasing only changes a dimension that shrinks: enlarging stays plain bilinear.
                 x = tf.image.resize(x, (h, w), method="bilinear", antialias=True)
                 x = tf.ensure_shape(x, (None, h, w, 3))
-            return self(preprocess_input(x))
+            return self(preprocess_input(x, model=self.model))
 
         return serve
 

@@ -723,6 +723,6 @@ def visualize_files(model_path, out_dir, image_paths=None, *, batch_size=16, num
     if image_paths:
         pixels = load_images(image_paths, model.image_size)
         log.info("read %d image(s), resized to %dx%d", len(pixels), *model.image_size)
-        images = np.asarray(preprocess_input(pixels))
+        images = np.asarray(preprocess_input(pixels, model=model))
         names = [os.path.basename(os.fspath(p)) for p in image_paths]
     return save_figures(model, out_dir, images, names, batch_size=batch_size, num_components=num_components)

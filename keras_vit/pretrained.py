@@ -1,0 +1,753 @@
+"""Checkpoints as timm and Hugging Face transformers save them for the hub, in and out.
+
+A hub repository of a ViT is a folder with `config.json` and `model.safetensors`. timm's
+config names an `architecture` (e.g. "vit_base_patch16_224") with optional `model_args`
+and a `pretrained_cfg`; transformers' has `model_type: "vit"`. `from_pretrained` builds
+the matching `VisionTransformer` from that config, with the source's numerics (exact GELU,
+its LayerNorm epsilon, timm's `fc_norm`, its input mean and std) and loads the weights
+through one name table per source. As for official checkpoints, every key and shape is
+checked before anything is assigned. PyTorch pickles (.bin, .pth, .pt, .ckpt) are
+refused unread: unpickling runs arbitrary code.
+"""
+
+import json
+import logging
+import os
+import re
+
+import numpy as np
+
+from keras_vit._files import atomic_path
+from keras_vit._common import format_keys
+from keras_vit.checkpoints import convert_checkpoint, load_official_npz, read_npz_index
+from keras_vit.posemb import infer_grid, resample_position_embeddings
+
+log = logging.getLogger("keras_vit")
+
+FORMATS = ("official", "timm", "transformers")
+PICKLE_SUFFIXES = (".bin", ".pth", ".pt", ".ckpt", ".pkl", ".pickle")
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+HALF = (0.5, 0.5, 0.5)
+
+# timm's ViT families: (embed_dim, depth, num_heads), timm/models/vision_transformer.py.
+TIMM_SIZES = {
+    "tiny": (192, 12, 3), "small": (384, 12, 6), "base": (768, 12, 12), "large": (1024, 24, 16),
+    "huge": (1280, 32, 16),
+}
+_TIMM_ARCH = re.compile(r"^(vit|deit)_(tiny|small|base|large|huge)_patch(\d+)_(\d+)$")
+TIMM_ARCHITECTURES = ("vit_{tiny,small,base,large,huge}_patch{P}_{SIZE}", "deit_{tiny,small,base}_patch16_{SIZE}")
+TRANSFORMERS_ARCHITECTURES = ("ViTForImageClassification", "ViTModel")
+# model_args that change nothing at inference (dropout rates, init, dynamic input sizes).
+_TIMM_INERT_ARGS = {"drop_rate", "pos_drop_rate", "patch_drop_rate", "proj_drop_rate", "attn_drop_rate",
+                    "drop_path_rate", "weight_init", "dynamic_img_size", "dynamic_img_pad", "in_chans"}
+_TIMM_ARGS = {"img_size", "patch_size", "embed_dim", "depth", "num_heads", "mlp_ratio", "class_token",
+              "global_pool", "fc_norm", "qkv_bias", "num_classes"}
+# Options whose values other than these (timm's defaults) need layers keras-vit does not have.
+_TIMM_UNSUPPORTED = {"reg_tokens": 0, "no_embed_class": False, "pre_norm": False, "init_values": None,
+                     "qk_norm": False, "final_norm": True}
+_TRANSFORMERS_GELU = {"gelu": False, "gelu_new": True, "gelu_pytorch_tanh": True}
+
+
+# -- reading -------------------------------------------------------------------------------
+
+def _require_safetensors():
+    try:
+        import safetensors.numpy as st
+    except ImportError:
+        raise ImportError("reading and writing safetensors checkpoints needs the safetensors package: "
+                          "pip install 'keras-vit[hub]' (or pip install safetensors).") from None
+    return st
+
+
+def _refuse_pickle(path):
+    raise ValueError(
+        f"{path} is a PyTorch pickle; keras-vit never unpickles (loading a pickle can run arbitrary code). "
+        "Convert it to safetensors where you trust it: timm's or transformers' "
+        "model.save_pretrained(folder, safe_serialization=True) (timm: timm.models.push_to_hf_hub / "
+        "save_for_hf), or safetensors.torch.save_file(torch.load(path), 'model.safetensors'), then load "
+        "the folder with config.json and model.safetensors.")
+
+
+def _read_json(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path} is not a readable JSON file: {e}.") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path} holds {type(config).__name__}, not a config object.")
+    return config
+
+
+def _locate(path):
+    """(format, config or None, [weights files]) of a checkpoint file or hub folder."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"No checkpoint at {path}.")
+    if os.path.isdir(path):
+        folder = path
+        index = os.path.join(folder, "model.safetensors.index.json")
+        single = os.path.join(folder, "model.safetensors")
+        if os.path.isfile(single):
+            files = [single]
+        elif os.path.isfile(index):
+            shards = sorted(set(_read_json(index).get("weight_map", {}).values()))
+            if not shards:
+                raise ValueError(f"{index} has no weight_map.")
+            files = [os.path.join(folder, s) for s in shards]
+        else:
+            pickles = sorted(f for f in os.listdir(folder) if f.endswith(PICKLE_SUFFIXES))
+            if pickles:
+                _refuse_pickle(os.path.join(folder, pickles[0]))
+            raise ValueError(f"{folder} has no model.safetensors (nor model.safetensors.index.json); "
+                             f"it holds: {', '.join(sorted(os.listdir(folder))) or 'nothing'}.")
+    elif path.endswith(PICKLE_SUFFIXES):
+        _refuse_pickle(path)
+    elif path.endswith(".npz"):
+        return "official", None, [path]
+    elif path.endswith(".safetensors"):
+        folder, files = os.path.dirname(os.path.abspath(path)), [path]
+    else:
+        raise ValueError(f"{path} is not a checkpoint keras-vit reads: give an official .npz, a hub folder "
+                         "(config.json + model.safetensors) or a .safetensors file with config.json beside it.")
+    config_path = os.path.join(folder, "config.json")
+    if not os.path.isfile(config_path):
+        raise ValueError(f"{folder} has no config.json: the architecture of {files[0]} cannot be told "
+                         "without it (save the model with timm's or transformers' save_pretrained).")
+    config = _read_json(config_path)
+    return _detect_format(config, config_path), config, files
+
+
+def _detect_format(config, where):
+    if "architecture" in config:
+        return "timm"
+    if "model_type" in config:
+        if config["model_type"] != "vit":
+            raise ValueError(f"{where}: unsupported transformers model_type {config['model_type']!r}; "
+                             "keras-vit reads model_type 'vit' (ViTModel, ViTForImageClassification).")
+        return "transformers"
+    raise ValueError(f"{where} is neither a timm config (no 'architecture') nor a transformers config "
+                     "(no 'model_type').")
+
+
+def _read_tensors(files):
+    st = _require_safetensors()
+    tensors = {}
+    for file in files:
+        if not os.path.isfile(file):
+            raise FileNotFoundError(f"No checkpoint file at {file}.")
+        try:
+            part = st.load_file(file)
+        except Exception as e:  # a truncated header, a dtype numpy has no type for (bfloat16)
+            hint = " (NumPy has no bfloat16: save the weights in float32 or float16)" if "bfloat16" in str(e).lower() \
+                or "bf16" in str(e).lower() else ""
+            raise ValueError(f"{file} is not a safetensors file NumPy can read: {e}{hint}.") from None
+        tensors.update(part)
+    return tensors
+
+
+# -- configs -> VisionTransformer arguments --------------------------------------------------
+
+def _class_names(names, count, descriptions=None):
+    if isinstance(names, dict):  # {"0": "cat", ...}
+        try:
+            names = [names[k] for k in sorted(names, key=int)]
+        except (ValueError, KeyError):
+            return None
+    if not names or len(names) != count:
+        return None
+    names = [str(n) for n in names]
+    if all(re.fullmatch(r"LABEL_\d+", n) for n in names):  # transformers' placeholders
+        return None
+    if descriptions:
+        names = [str(descriptions.get(n, n)) for n in names]
+    return names
+
+
+def _timm_args(config, tensors, where):
+    """VisionTransformer arguments for a timm config.json; also the qkv_bias flag."""
+    arch = str(config["architecture"]).split(".")[0]
+    match = _TIMM_ARCH.match(arch)
+    if not match or (match[1] == "deit" and match[2] not in ("tiny", "small", "base")):
+        raise ValueError(f"{where}: unsupported timm architecture {config['architecture']!r}; keras-vit reads "
+                         f"{' and '.join(TIMM_ARCHITECTURES)} (with any model_args it supports).")
+    family, size = match[2], int(match[4])
+    embed_dim, depth, heads = TIMM_SIZES[family]
+    margs = dict(config.get("model_args") or {})
+    unknown = set(margs) - _TIMM_ARGS - _TIMM_INERT_ARGS - set(_TIMM_UNSUPPORTED)
+    if unknown:
+        raise ValueError(f"{where}: unsupported timm model_args {sorted(unknown)}.")
+    for key, default in _TIMM_UNSUPPORTED.items():
+        if key in margs and margs[key] != default:
+            raise ValueError(f"{where}: timm model_args {key}={margs[key]!r} is not supported "
+                             f"(keras-vit has no such layer; supported: {key}={default!r}).")
+    if margs.get("in_chans", 3) != 3:
+        raise ValueError(f"{where}: in_chans={margs['in_chans']}; keras-vit models take RGB (3 channels).")
+    pcfg = config.get("pretrained_cfg") or {}
+    image_size = margs.get("img_size") or (pcfg.get("input_size") or [3, size, size])[1:] or size
+    embed_dim = margs.get("embed_dim", embed_dim)
+    class_token = bool(margs.get("class_token", True))
+    global_pool = margs.get("global_pool", config.get("global_pool", "token"))
+    if global_pool not in ("token", "avg"):
+        raise ValueError(f"{where}: timm global_pool={global_pool!r} is not supported; use 'token' or 'avg'.")
+    if global_pool == "token" and not class_token:
+        raise ValueError(f"{where}: global_pool='token' without a class token.")
+    fc_norm = margs.get("fc_norm")
+    if fc_norm is None:  # timm's default: the norm after pooling for average-pooled models
+        fc_norm = global_pool == "avg"
+    num_classes = int(margs.get("num_classes", config.get("num_classes", 1000)))
+    mean = tuple(pcfg.get("mean") or (IMAGENET_MEAN if match[1] == "deit" else HALF))
+    std = tuple(pcfg.get("std") or (IMAGENET_STD if match[1] == "deit" else HALF))
+    args = dict(
+        image_size=tuple(image_size) if isinstance(image_size, (list, tuple)) else int(image_size),
+        patch_size=int(margs.get("patch_size", match[3])),
+        hidden_size=int(embed_dim),
+        num_layers=int(margs.get("depth", depth)),
+        num_heads=int(margs.get("num_heads", heads)),
+        mlp_dim=int(embed_dim * float(margs.get("mlp_ratio", 4.0))),
+        classes=num_classes if num_classes else None,
+        include_top=num_classes > 0,
+        classifier="token" if class_token else "gap",
+        pooling=None if not class_token or global_pool == "token" else "gap",
+        fc_norm=bool(fc_norm),
+        approximate_gelu=False,
+        layer_norm_epsilon=1e-6,
+        pixel_mean=mean,
+        pixel_std=std,
+    )
+    label_names = config.get("label_names", pcfg.get("label_names"))
+    descriptions = config.get("label_descriptions", pcfg.get("label_descriptions"))
+    if num_classes:
+        args["class_names"] = _class_names(label_names, num_classes, descriptions)
+    return args, bool(margs.get("qkv_bias", True))
+
+
+def _strip_prefix(tensors):
+    """transformers' task models keep the backbone under 'vit.'; a bare ViTModel does not."""
+    if any(k.startswith("vit.") for k in tensors):
+        return {k[len("vit."):] if k.startswith("vit.") else k: v for k, v in tensors.items()}
+    return tensors
+
+
+def _transformers_args(config, tensors, where, preprocessor=None):
+    architectures = config.get("architectures") or []
+    bad = [a for a in architectures if a not in TRANSFORMERS_ARCHITECTURES]
+    if bad:
+        raise ValueError(f"{where}: unsupported transformers architecture {bad[0]!r}; keras-vit reads "
+                         f"{', '.join(TRANSFORMERS_ARCHITECTURES)}.")
+    act = config.get("hidden_act", "gelu")
+    if act not in _TRANSFORMERS_GELU:
+        raise ValueError(f"{where}: hidden_act={act!r} is not supported; use one of {sorted(_TRANSFORMERS_GELU)}.")
+    if int(config.get("num_channels", 3)) != 3:
+        raise ValueError(f"{where}: num_channels={config['num_channels']}; keras-vit models take RGB.")
+    if architectures:
+        head = "ViTForImageClassification" in architectures
+    else:
+        head = "classifier.weight" in tensors
+    pooler = "pooler.dense.weight" in tensors
+    if pooler and config.get("pooler_act", "tanh") != "tanh":
+        raise ValueError(f"{where}: pooler_act={config['pooler_act']!r} is not supported; keras-vit's "
+                         "pre-logits layer is Dense + tanh.")
+    id2label = config.get("id2label") or {}
+    classes = len(id2label) if id2label else int(config.get("num_labels", 2))
+    if head and "classifier.weight" in tensors:  # the weights are the truth for the head's width
+        classes = int(tensors["classifier.weight"].shape[0])
+    preprocessor = preprocessor or {}
+    hidden = int(config.get("hidden_size", 768))
+    args = dict(
+        image_size=config.get("image_size", 224),
+        patch_size=config.get("patch_size", 16),
+        hidden_size=hidden,
+        num_layers=int(config.get("num_hidden_layers", 12)),
+        num_heads=int(config.get("num_attention_heads", 12)),
+        mlp_dim=int(config.get("intermediate_size", 3072)),
+        classes=classes if head else None,
+        include_top=head,
+        classifier="token",
+        representation_size=int(config.get("pooler_output_size") or hidden) if pooler else None,
+        approximate_gelu=_TRANSFORMERS_GELU[act],
+        layer_norm_epsilon=float(config.get("layer_norm_eps", 1e-12)),
+        pixel_mean=tuple(preprocessor.get("image_mean") or HALF),
+        pixel_std=tuple(preprocessor.get("image_std") or HALF),
+    )
+    if head:
+        args["class_names"] = _class_names(id2label, classes)
+    return args, bool(config.get("qkv_bias", True))
+
+
+def _official_args(path):
+    """VisionTransformer arguments read off an official .npz's array shapes."""
+    from keras_vit.stem import stem_stride
+
+    index = read_npz_index(path)
+    shapes = {k: v[0] for k, v in index.items()}
+    blocks = {int(m[1]) for k in shapes if (m := re.match(r"Transformer/encoderblock_(\d+)/", k))}
+    query = next((s for k, s in shapes.items() if k.endswith("/query/kernel")), None)
+    mlp = next((s for k, s in shapes.items() if re.search(r"/MlpBlock_\d/Dense_0/kernel$", k)), None)
+    if not blocks or query is None or mlp is None or "embedding/kernel" not in shapes:
+        raise ValueError(f"{path} is not a ViT checkpoint in the official layout (no Transformer/encoderblock_*).")
+    units = {}
+    for k in shapes:
+        m = re.match(r"block(\d+)/unit(\d+)/", k)
+        if m:
+            units[int(m[1])] = max(units.get(int(m[1]), 0), int(m[2]))
+    resnet = None
+    if "conv_root/kernel" in shapes:
+        resnet = {"num_layers": tuple(units[b] for b in sorted(units)),
+                  "width_factor": shapes["conv_root/kernel"][-1] // 64}
+    patch = shapes["embedding/kernel"][:2]
+    prefix = int("cls" in shapes)
+    stride = stem_stride(resnet["num_layers"]) if resnet else 1
+    try:
+        grid = infer_grid(shapes["Transformer/posembed_input/pos_embedding"][1] - prefix)
+        image_size = (grid[0] * patch[0] * stride, grid[1] * patch[1] * stride)
+    except ValueError:  # a non-square grid: the caller must give image_size
+        image_size = None
+    head = shapes.get("head/kernel")
+    return dict(
+        image_size=image_size,
+        patch_size=tuple(patch),
+        hidden_size=query[0],
+        num_layers=max(blocks) + 1,
+        num_heads=query[1],
+        mlp_dim=mlp[1],
+        classes=head[-1] if head else None,
+        include_top=head is not None,
+        classifier="token" if prefix else "gap",
+        representation_size=shapes["pre_logits/kernel"][-1] if "pre_logits/kernel" in shapes else None,
+        resnet=resnet,
+    )
+
+
+# -- the name tables -------------------------------------------------------------------------
+
+def _source_key(path, fmt):
+    """(source key, qkv part or None) of a keras-vit variable path; None when there is none."""
+    parts = path.split("/")
+    leaf = {"gamma": "weight", "beta": "bias", "kernel": "weight", "bias": "bias"}.get(parts[-1])
+    head = parts[0]
+    timm = fmt == "timm"
+    if head == "patch_encoder":
+        if parts[1] == "cls":
+            return ("cls_token" if timm else "embeddings.cls_token"), None
+        if parts[1] == "pos_embedding":
+            return ("pos_embed" if timm else "embeddings.position_embeddings"), None
+        return ("patch_embed.proj." if timm else "embeddings.patch_embeddings.projection.") + leaf, None
+    m = re.fullmatch(r"encoderblock_(\d+)", head)
+    if m:
+        i, sub = m[1], parts[1]
+        if timm:
+            if sub in ("query", "key", "value"):
+                return f"blocks.{i}.attn.qkv.{leaf}", ("query", "key", "value").index(sub)
+            name = {"out": "attn.proj", "norm1": "norm1", "norm2": "norm2", "mlp_dense1": "mlp.fc1",
+                    "mlp_dense2": "mlp.fc2"}[sub]
+            return f"blocks.{i}.{name}.{leaf}", None
+        name = {"query": "attention.attention.query", "key": "attention.attention.key",
+                "value": "attention.attention.value", "out": "attention.output.dense",
+                "norm1": "layernorm_before", "norm2": "layernorm_after", "mlp_dense1": "intermediate.dense",
+                "mlp_dense2": "output.dense"}[sub]
+        return f"encoder.layer.{i}.{name}.{leaf}", None
+    names = {"encoder_norm": "norm" if timm else "layernorm", "fc_norm": "fc_norm" if timm else None,
+             "head": "head" if timm else "classifier", "pre_logits": None if timm else "pooler.dense"}
+    if names.get(head):
+        return f"{names[head]}.{leaf}", None
+    return None, None
+
+
+def _source_shape(variable, part):
+    """The shape the source stores for a keras-vit variable (PyTorch layouts)."""
+    shape = tuple(variable.shape)
+    if variable.path.endswith("embedding/kernel"):  # conv (ph, pw, C, D) <- (D, C, ph, pw)
+        return (shape[3], shape[2], shape[0], shape[1])
+    if len(shape) == 2 and variable.path.endswith("/kernel"):  # Dense (in, out) <- Linear (out, in)
+        shape = shape[::-1]
+    if part is not None:  # timm's fused qkv: three Linear layers stacked
+        shape = (3 * shape[0],) + shape[1:]
+    return shape
+
+
+def _to_keras(value, variable, part):
+    if part is not None:
+        value = np.split(value, 3, axis=0)[part]
+    if variable.path.endswith("embedding/kernel"):
+        return np.transpose(value, (2, 3, 1, 0))
+    if value.ndim == 2 and variable.path.endswith("/kernel"):
+        return value.T
+    return value
+
+
+def _to_source(variable):
+    value = np.asarray(variable.numpy())
+    if variable.path.endswith("embedding/kernel"):
+        return np.transpose(value, (3, 2, 0, 1))
+    if value.ndim == 2 and variable.path.endswith("/kernel"):
+        return value.T
+    return value
+
+
+# -- loading -------------------------------------------------------------------------------
+
+def load_state_dict(model, tensors, fmt, *, source="the checkpoint", qkv_bias=True, resample="bicubic"):
+    """Fills `model` from a timm or transformers state dict ({name: NumPy array}).
+
+    The model's head is kept when the checkpoint's has another class count or none; a
+    checkpoint head or pooler the model has no place for is dropped; position embeddings
+    are resampled to the model's patch grid (`resample`: "bicubic" as timm, "bilinear",
+    "official"). With `qkv_bias=False` (the source has no query/key/value biases) those
+    biases are set to zero. Every key and shape is checked first: on error the model is
+    unchanged. Returns a dict with the lists `loaded`, `kept`, `dropped`, `resampled`,
+    `zeroed`.
+    """
+    if fmt not in ("timm", "transformers"):
+        raise ValueError(f"Unknown state-dict format {fmt!r}; use 'timm' or 'transformers'.")
+    if fmt == "transformers":
+        tensors = _strip_prefix(tensors)
+    report = {"loaded": [], "kept": [], "dropped": [], "resampled": [], "zeroed": []}
+    plan, missing, mismatched, expected = [], [], [], set()
+    for variable in model.weights:
+        key, part = _source_key(variable.path, fmt)
+        if key is None:
+            missing.append(f"{variable.path} (no {fmt} equivalent)")
+            continue
+        expected.add(key)
+        want = _source_shape(variable, part)
+        is_head = variable.path.startswith("head/")
+        if key not in tensors:
+            if is_head:
+                report["kept"].append(f"{key} (not in the checkpoint)")
+            elif not qkv_bias and variable.path.split("/")[1] in ("query", "key", "value") and \
+                    variable.path.endswith("/bias"):
+                plan.append((variable, None, None, "zero"))
+                report["zeroed"].append(variable.path)
+            else:
+                missing.append(f"{key} {want}")
+            continue
+        found = tuple(tensors[key].shape)
+        if found == want:
+            plan.append((variable, key, part, None))
+        elif is_head:
+            report["kept"].append(f"{key} (model {want}, checkpoint {found})")
+        elif variable.path == "patch_encoder/pos_embedding" and len(found) == 3 and found[2] == want[2]:
+            prefix = model.num_prefix_tokens
+            try:
+                old_grid = infer_grid(found[1] - prefix, like=model.patch_encoder.grid_size)
+            except ValueError as e:
+                mismatched.append(f"{key}: expected {want}, found {found} ({e})")
+                continue
+            plan.append((variable, key, part, old_grid))
+            new_grid = model.patch_encoder.grid_size
+            report["resampled"].append(f"position embeddings {old_grid[0]}x{old_grid[1]} -> "
+                                       f"{new_grid[0]}x{new_grid[1]} ({resample})")
+        else:
+            mismatched.append(f"{key}: expected {want}, found {found}")
+    unexpected = []
+    head_keys = ("head.", "classifier.")
+    for key in sorted(set(tensors) - expected):
+        if key.startswith(head_keys) and not model.include_top:
+            report["dropped"].append(key)
+        elif key.startswith("pooler.") and model.representation_size is None:
+            report["dropped"].append(key)
+        else:
+            unexpected.append(f"{key} {tuple(tensors[key].shape)}")
+    if missing or unexpected or mismatched:
+        problems = []
+        if missing:
+            problems.append(f"missing keys: {format_keys(missing)}")
+        if unexpected:
+            problems.append(f"unexpected keys: {format_keys(unexpected)}")
+        if mismatched:
+            problems.append(f"shape mismatches: {format_keys(mismatched)}")
+        raise ValueError(f"{fmt} checkpoint {source} does not fit the model {model.name!r}: "
+                         + "; ".join(problems) + ". The model was left unchanged.")
+    for variable, key, part, how in plan:
+        if how == "zero":
+            variable.assign(np.zeros(variable.shape, variable.dtype))
+            continue
+        value = _to_keras(np.asarray(tensors[key]), variable, part)
+        if how is not None:
+            value = resample_position_embeddings(value, model.patch_encoder.grid_size, old_grid=how,
+                                                 num_prefix_tokens=model.num_prefix_tokens, method=resample)
+        variable.assign(value.astype(variable.dtype))
+        if key not in report["loaded"]:
+            report["loaded"].append(key)
+    pieces = [f"{what}: {', '.join(report[what]) or 'nothing'}" for what in ("kept", "dropped", "resampled")]
+    if report["zeroed"]:
+        pieces.append(f"query/key/value biases set to zero (the source has none): {len(report['zeroed'])}")
+    log.info("loaded %d arrays from %s (%s); %s.", len(report["loaded"]), source, fmt, "; ".join(pieces))
+    return report
+
+
+def _read_checkpoint(path):
+    """(format, VisionTransformer arguments, tensors, qkv_bias, source files)."""
+    fmt, config, files = _locate(path)
+    if fmt == "official":
+        return fmt, _official_args(files[0]), None, True, files
+    where = os.path.join(os.path.dirname(os.path.abspath(files[0])), "config.json")
+    tensors = _read_tensors(files)
+    if fmt == "timm":
+        args, qkv_bias = _timm_args(config, tensors, where)
+    else:
+        tensors = _strip_prefix(tensors)
+        pre = os.path.join(os.path.dirname(where), "preprocessor_config.json")
+        args, qkv_bias = _transformers_args(config, tensors, where,
+                                            _read_json(pre) if os.path.isfile(pre) else None)
+    return fmt, args, tensors, qkv_bias, files
+
+
+def load_pretrained(model, path, *, resample=None):
+    """Loads a checkpoint into an existing keras-vit model: a hub folder of timm or
+    transformers (config.json + model.safetensors), a .safetensors file with its
+    config.json beside it, or an official .npz.
+
+    The model must have the checkpoint's architecture; see `from_pretrained` to build it
+    from the checkpoint's config. Every key and shape is checked before anything is
+    assigned: on error (naming the keys and shapes) the model is unchanged. Options the
+    weights cannot show (LayerNorm epsilon, GELU form, input mean and std) are compared
+    with the checkpoint's config and a difference is logged. Returns the load report.
+
+    Example:
+    >>> model = keras_vit.VisionTransformer(image_size=384, approximate_gelu=False, classes=10)
+    >>> keras_vit.load_pretrained(model, "vit_base_patch16_224.augreg_in21k/")  # 224 -> 384
+    """
+    fmt, args, tensors, qkv_bias, files = _read_checkpoint(path)
+    if fmt == "official":
+        return load_official_npz(model, files[0], resample=resample or "official")
+    for name in ("layer_norm_epsilon", "approximate_gelu", "fc_norm", "pixel_mean", "pixel_std"):
+        if getattr(model, name, None) != args.get(name, False if name == "fc_norm" else None):
+            log.warning("%s: the %s checkpoint has %s=%s, the model %r has %s", path, fmt, name, args.get(name),
+                        model.name, getattr(model, name, None))
+    source = files[0] if len(files) == 1 else os.path.dirname(files[0])
+    return load_state_dict(model, tensors, fmt, source=source, qkv_bias=qkv_bias, resample=resample or "bicubic")
+
+
+def from_pretrained(path, *, resample=None, variant=None, **overrides):
+    """A VisionTransformer built from a checkpoint's own config, with its weights loaded.
+
+    `path` is a Hugging Face hub folder as timm or transformers save it (config.json +
+    model.safetensors, or a sharded model.safetensors.index.json), a .safetensors file
+    with its config.json beside it, or an official .npz (then the sizes come from the
+    file's shapes, or from `variant`). Supported: timm's vit_* and deit_* (not distilled)
+    ViTs and transformers' ViTModel and ViTForImageClassification; PyTorch pickles (.bin,
+    .pth, .pt, .ckpt) are refused unread. The model follows the source's numerics (exact
+    GELU, its LayerNorm epsilon, timm's fc_norm, no class token where it has none), takes
+    its class names (id2label, label_names) and records its input mean and std
+    (`preprocess_input(x, model=model)` and exports use them).
+
+    Keyword arguments override `VisionTransformer` arguments: `image_size` resamples the
+    position embeddings (`resample`: "bicubic" for hub checkpoints, "official" for .npz
+    by default), `classes` other than the checkpoint's gives a new zero head,
+    `include_top=False` drops the head.
+
+    Example:
+    >>> model = keras_vit.from_pretrained("vit_base_patch16_224.augreg2_in21k_ft_in1k/", image_size=384)
+    >>> model.predict(keras_vit.preprocess_input(images, model=model))
+    """
+    from keras_vit.models import VARIANTS, VisionTransformer, canonical_variant
+
+    fmt, args, tensors, qkv_bias, files = _read_checkpoint(path)
+    if variant is not None:
+        if fmt != "official":
+            raise ValueError(f"{path} is a {fmt} checkpoint: its config gives the sizes; variant is for .npz files.")
+        args.update(VARIANTS[canonical_variant(variant)])
+    if args.get("image_size") is None and "image_size" not in overrides:
+        raise ValueError(f"{path}: the position embeddings are not on a square grid; pass image_size=(H, W).")
+    if "classes" in overrides and overrides["classes"] != args.get("classes"):
+        args.pop("class_names", None)  # the checkpoint's names belong to its own head
+        args["include_top"] = True  # a new head, also on a headless checkpoint
+    if not overrides.get("include_top", True):
+        args.pop("class_names", None)
+    args.update(overrides)
+    if args.get("class_names") is None:
+        args.pop("class_names", None)
+    model = VisionTransformer(**args)
+    log.info("built a %s ViT (%s) from %s: %dx%d images, %d classes", fmt, _sizes_text(model), path,
+             *model.image_size, model.classes if model.include_top else 0)
+    if fmt == "official":
+        load_official_npz(model, files[0], resample=resample or "official")
+    else:
+        source = files[0] if len(files) == 1 else os.path.dirname(files[0])
+        load_state_dict(model, tensors, fmt, source=source, qkv_bias=qkv_bias, resample=resample or "bicubic")
+    return model
+
+
+def _sizes_text(model):
+    return (f"width {model.hidden_size}, depth {model.num_layers}, {model.num_heads} heads, "
+            f"patch {model.patch_size[0]}x{model.patch_size[1]}")
+
+
+def detect_format(path):
+    """"official", "timm" or "transformers": the kind of checkpoint at `path` (raises if none)."""
+    return _locate(path)[0]
+
+
+def convert(path, out, *, variant=None, image_size=None, classes=None, representation_size=None, resample=None,
+            overwrite=False):
+    """`keras-vit convert`: any checkpoint `from_pretrained` reads -> a `.keras` model, atomically.
+
+    An official .npz with `variant` goes through `convert_checkpoint` as before (224 px,
+    1000 classes unless given); otherwise the checkpoint's own config (or shapes) sizes the
+    model and `image_size` / `classes` override it.
+    """
+    out = os.fspath(out)
+    if not out.endswith(".keras"):
+        raise ValueError(f"--out must end in .keras, got {out}.")
+    if os.path.exists(out) and not overwrite:
+        raise FileExistsError(f"{out} exists; pass overwrite=True (--overwrite) to replace it.")
+    fmt = detect_format(path)
+    if fmt == "official" and variant is not None:
+        return convert_checkpoint(path, out, variant=variant, image_size=image_size or 224,
+                                  classes=classes or 1000, representation_size=representation_size,
+                                  resample=resample or "official", overwrite=overwrite)
+    if variant is not None:
+        raise ValueError(f"{path} is a {fmt} checkpoint: its config gives the sizes, drop --variant.")
+    overrides = {k: v for k, v in dict(image_size=image_size, classes=classes).items() if v is not None}
+    if representation_size is not None or fmt == "official":  # the official fine-tuning drops pre-logits
+        overrides["representation_size"] = representation_size
+    log.info("%s is a %s checkpoint", path, fmt)
+    model = from_pretrained(path, resample=resample, **overrides)
+    with atomic_path(out, overwrite=overwrite) as tmp:
+        model.save(tmp)
+    log.info("wrote %s", out)
+    return out
+
+
+# -- saving --------------------------------------------------------------------------------
+
+def _timm_arch(model):
+    sizes = (model.hidden_size, model.num_layers, model.num_heads)
+    family = next((f for f, s in TIMM_SIZES.items() if s == sizes), None)
+    if family is None:
+        family = next((f for f, (dim, _, _) in TIMM_SIZES.items() if dim == model.hidden_size), "base")
+    ph, pw = model.patch_size
+    h, w = model.image_size
+    return f"vit_{family}_patch{ph}_{h}" if ph == pw and h == w else f"vit_{family}_patch16_224"
+
+
+def _check_savable(model, fmt):
+    from keras_vit.models import VisionTransformer
+
+    if not isinstance(model, VisionTransformer):
+        raise ValueError(f"expected a keras_vit.VisionTransformer, got {type(model).__name__}.")
+    problems = []
+    if model.resnet is not None:
+        problems.append("a hybrid ResNet stem")
+    if model.pooling == "unpooled":
+        problems.append("pooling='unpooled'")
+    if fmt == "timm":
+        if model.representation_size is not None:
+            problems.append(f"a pre-logits layer (representation_size={model.representation_size})")
+        if model.layer_norm_epsilon != 1e-6:
+            problems.append(f"layer_norm_epsilon={model.layer_norm_epsilon:g} (timm's ViT uses 1e-6)")
+    else:
+        if model.classifier != "token" or model.pooling not in (None, "token"):
+            problems.append("pooling other than the class token")
+        if model.fc_norm:
+            problems.append("fc_norm")
+        if model.representation_size is not None and model.include_top:
+            problems.append("a pre-logits layer under a head")
+        if model.image_size[0] != model.image_size[1] or model.patch_size[0] != model.patch_size[1]:
+            problems.append("non-square images or patches")
+    if problems:
+        raise ValueError(f"{model.name!r} cannot be saved in {fmt}'s format: it has {', '.join(problems)}.")
+
+
+def state_dict(model, fmt="timm"):
+    """The model's weights as {name: NumPy array} under timm's or transformers' names."""
+    _check_savable(model, fmt)
+    tensors, qkv = {}, {}
+    prefix = "vit." if fmt == "transformers" and model.include_top else ""
+    for variable in model.weights:
+        key, part = _source_key(variable.path, fmt)
+        value = _to_source(variable)
+        if part is not None:
+            qkv.setdefault(key, [None] * 3)[part] = value
+            continue
+        top = key.startswith(("classifier.", "head."))
+        tensors[key if top else prefix + key] = value
+    for key, parts in qkv.items():
+        tensors[key] = np.concatenate(parts, axis=0)
+    return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in tensors.items()}
+
+
+def _timm_config(model):
+    global_pool = "avg" if model.classifier == "gap" or model.pooling in ("gap", "avg") else "token"
+    num_classes = int(model.classes) if model.include_top else 0
+    args = dict(num_classes=num_classes, img_size=list(model.image_size), patch_size=model.patch_size[0],
+                embed_dim=model.hidden_size, depth=model.num_layers, num_heads=model.num_heads,
+                mlp_ratio=model.mlp_dim / model.hidden_size, class_token=model.classifier == "token",
+                global_pool=global_pool, fc_norm=model.fc_norm, qkv_bias=True)
+    config = {
+        "architecture": _timm_arch(model),
+        "num_classes": num_classes,
+        "num_features": model.hidden_size,
+        "global_pool": global_pool,
+        "model_args": args,
+        "pretrained_cfg": {
+            "input_size": [3, *model.image_size], "fixed_input_size": True, "interpolation": "bicubic",
+            "crop_pct": 1.0, "crop_mode": "center", "mean": list(model.pixel_mean), "std": list(model.pixel_std),
+            "num_classes": num_classes, "pool_size": None, "first_conv": "patch_embed.proj",
+            "classifier": "head",
+        },
+    }
+    if model.include_top and model.class_names:
+        config["label_names"] = list(model.class_names)
+    return config
+
+
+def _transformers_config(model):
+    config = {
+        "architectures": ["ViTForImageClassification" if model.include_top else "ViTModel"],
+        "model_type": "vit", "hidden_size": model.hidden_size, "num_hidden_layers": model.num_layers,
+        "num_attention_heads": model.num_heads, "intermediate_size": model.mlp_dim,
+        "hidden_act": "gelu_pytorch_tanh" if model.approximate_gelu else "gelu",
+        "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "initializer_range": 0.02,
+        "layer_norm_eps": model.layer_norm_epsilon, "image_size": model.image_size[0],
+        "patch_size": model.patch_size[0], "num_channels": 3, "qkv_bias": True,
+        "encoder_stride": model.patch_size[0], "pooler_act": "tanh",
+        "pooler_output_size": model.representation_size or model.hidden_size, "dtype": "float32",
+    }
+    if model.include_top:
+        names = model.class_names or [f"LABEL_{i}" for i in range(int(model.classes))]
+        config["id2label"] = {str(i): n for i, n in enumerate(names)}
+        config["label2id"] = {n: i for i, n in enumerate(names)}
+    return config
+
+
+def save_pretrained(model, folder, *, format="timm", overwrite=False):
+    """Writes a keras-vit model as a hub folder: model.safetensors + config.json (atomically).
+
+    format="timm": timm's names and config (architecture, model_args, pretrained_cfg), which
+    timm loads with `timm.create_model(config["architecture"], pretrained=True,
+    pretrained_cfg_overlay=dict(file=f"{folder}/model.safetensors"), **config["model_args"])`
+    or from the hub. format="transformers": ViTForImageClassification (ViTModel without a
+    head) with a preprocessor_config.json. timm's ViT computes the exact GELU: a model
+    built with `approximate_gelu=True` is saved with a log line saying its logits will
+    move slightly. Returns the folder.
+
+    Example:
+    >>> keras_vit.save_pretrained(model, "my_vit", format="timm")
+    """
+    if format not in ("timm", "transformers"):
+        raise ValueError(f"Unknown format {format!r}; use 'timm' or 'transformers'.")
+    st = _require_safetensors()
+    _check_savable(model, format)
+    if format == "timm" and model.approximate_gelu:
+        log.warning("%s uses the tanh GELU; timm's ViT computes the exact (erf) GELU, so its logits will "
+                    "differ slightly (about 1e-4)", model.name)
+    tensors = state_dict(model, format)
+    config = _timm_config(model) if format == "timm" else _transformers_config(model)
+    with atomic_path(folder, overwrite=overwrite) as tmp:
+        os.makedirs(tmp)
+        st.save_file(tensors, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+        with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
+            json.dump(config, f, indent=2)
+        if format == "transformers":
+            pre = {"image_processor_type": "ViTImageProcessor", "do_resize": True, "do_rescale": True,
+                   "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": list(model.pixel_mean),
+                   "image_std": list(model.pixel_std), "resample": 2,
+                   "size": {"height": model.image_size[0], "width": model.image_size[1]}}
+            with open(os.path.join(tmp, "preprocessor_config.json"), "w", encoding="utf-8") as f:
+                json.dump(pre, f, indent=2)
+    log.info("wrote %s (%s format, %d arrays)", folder, format, len(tensors))
+    return os.fspath(folder)
