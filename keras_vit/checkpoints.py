@@ -59,7 +59,28 @@ _AUGREG_FINETUNE_LR = {"L/16": "0.01", "B/16": "0.03", "S/16": "0.03", "R50+L/32
 _IMAGENET21K = ("B/16", "B/32", "L/16", "L/32", "H/14", "R50+B/16")
 _IMAGENET21K_IMAGENET2012 = ("B/16", "B/32", "L/16", "L/32", "H/14", "R50+B/16")
 _HAS_224_FINETUNE = ("B/16", "L/16")
-NAMED_WEIGHTS = ("imagenet21k", "imagenet21k+imagenet2012", "augreg", "augreg+imagenet2012")
+# weights="imagenet", the keras.applications habit: the ImageNet-1k classifier released for the
+# variant. The AugReg ImageNet-21k -> ImageNet-1k fine-tuning at 224 where one exists (the files
+# timm's `augreg_in21k_ft_in1k` 224 weights come from); else the original paper's ImageNet-21k ->
+# ImageNet-1k fine-tuning, released at 384 only (a model of another size gets its position
+# embeddings resampled). R26+B/32 has no ImageNet-1k release.
+_I1K_224 = "--imagenet2012-steps_20k-lr_{lr}-res_224"
+IMAGENET = {
+    "Ti/16": "augreg/Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0" + _I1K_224.format(lr="0.03"),
+    "S/16": "augreg/S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0" + _I1K_224.format(lr="0.03"),
+    "S/32": "augreg/S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0" + _I1K_224.format(lr="0.03"),
+    "B/8": "augreg/B_8-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0" + _I1K_224.format(lr="0.01"),
+    "B/16": "augreg/B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0" + _I1K_224.format(lr="0.01"),
+    "B/32": "augreg/B_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.03-do_0.0-sd_0.0" + _I1K_224.format(lr="0.03"),
+    "L/16": "augreg/L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1" + _I1K_224.format(lr="0.01"),
+    "R+Ti/16": "augreg/R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0" + _I1K_224.format(lr="0.03"),
+    "R26+S/32": "augreg/R26_S_32-i21k-300ep-lr_0.001-aug_light0-wd_0.03-do_0.1-sd_0.1" + _I1K_224.format(lr="0.03"),
+    "R50+L/32": "augreg/R50_L_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1" + _I1K_224.format(lr="0.01"),
+    "L/32": "imagenet21k+imagenet2012/ViT-L_32",
+    "H/14": "imagenet21k+imagenet2012/ViT-H_14",
+    "R50+B/16": "imagenet21k+imagenet2012/R50+ViT-B_16",
+}
+NAMED_WEIGHTS = ("imagenet", "imagenet21k", "imagenet21k+imagenet2012", "augreg", "augreg+imagenet2012")
 _AUGREG_FILE = re.compile(r"^(R\d*_)?(Ti|S|B|L|H)_\d+-i(1|21)k-[\w.\-]+$")
 
 
@@ -164,6 +185,21 @@ def _fmt_keys(keys, limit=12):
     return ", ".join(keys[:limit]) + more
 
 
+def check_channels(model, channels, source):
+    """Refuses weights for `channels`-channel images in a model that takes another count.
+
+    The patch projection (a hybrid's root convolution) has one kernel slice per input
+    channel, so RGB weights have no place in a grayscale, RGBA or multispectral model.
+    """
+    own = model.input_shape[-1]
+    if channels != own:
+        raise ValueError(
+            f"{source} holds weights for {channels}-channel images{' (RGB)' if channels == 3 else ''}, but the "
+            f"model {model.name!r} takes {own} channel(s): build it with input_shape=(height, width, {channels}) "
+            "to load them, or train it from scratch with weights=None."
+        )
+
+
 def load_official_npz(model, path, *, resample="official"):
     """Fills a keras-vit model from a checkpoint in the official .npz layout.
 
@@ -186,6 +222,9 @@ def load_official_npz(model, path, *, resample="official"):
     if not os.path.isfile(path):
         raise FileNotFoundError(f"No checkpoint file at {path}.")
     index = _read_index(path)
+    first_conv = index.get("conv_root/kernel" if model.resnet else "embedding/kernel")
+    if first_conv is not None and len(first_conv[0]) == 4:
+        check_channels(model, first_conv[0][2], f"Checkpoint {path}")
     layout = _detect_layout(index)
     plan, missing, mismatched = [], [], []
     report = {"layout": layout, "loaded": [], "kept": [], "dropped": [], "resampled": []}
@@ -364,13 +403,16 @@ def resolve_weights(name, variant, image_size=(224, 224)):
             f"Unknown weights {name!r}: not a file, and not one of {NAMED_WEIGHTS} or an AugReg "
             "checkpoint name such as 'B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0'."
         )
-    available = {"imagenet21k": _IMAGENET21K, "imagenet21k+imagenet2012": _IMAGENET21K_IMAGENET2012,
+    available = {"imagenet": tuple(IMAGENET), "imagenet21k": _IMAGENET21K,
+                 "imagenet21k+imagenet2012": _IMAGENET21K_IMAGENET2012,
                  "augreg": tuple(_AUGREG), "augreg+imagenet2012": tuple(_AUGREG)}[name]
     if variant not in available:
         raise ValueError(
             f"No {name!r} weights were released for {variant or 'this model'}; "
             f"they exist for {', '.join(available)}."
         )
+    if name == "imagenet":
+        return f"{base}/{IMAGENET[variant]}.npz"
     if name == "imagenet21k":
         return f"{base}/imagenet21k/{_OFFICIAL_NAME[variant]}.npz"
     if name == "imagenet21k+imagenet2012":
@@ -397,6 +439,7 @@ def _load_keras_file(model, path, method):
 
     if path.endswith(".keras"):
         source = keras.models.load_model(path, compile=False, safe_mode=True)
+        check_channels(model, source.input_shape[-1], path)
     else:
         source = _model_at_saved_size(model, path)
         source.load_weights(path)
@@ -411,6 +454,9 @@ def _model_at_saved_size(model, path):
 
     found = []
     with h5py.File(path, "r") as f:
+        first_conv = f.get("layers/std_conv2d/vars/0" if model.resnet else "layers/patch_encoder/projection/vars/0")
+        if isinstance(first_conv, h5py.Dataset) and len(first_conv.shape) == 4:
+            check_channels(model, first_conv.shape[2], path)
         f.visititems(lambda name, obj: found.append(obj.shape)
                      if isinstance(obj, h5py.Dataset) and "patch_encoder" in name and len(obj.shape) == 3
                      and obj.shape[0] == 1 and obj.shape[1] > 1 else None)
@@ -436,7 +482,11 @@ def load_weights(model, weights, *, method="official"):
         return load_official_npz(model, weights, resample=method)
     if weights.endswith((".npz", ".keras", ".h5")) or os.sep in weights:
         raise FileNotFoundError(f"weights file {weights} does not exist.")
-    path = fetch_weights(weights, variant_of(model), model.image_size)
+    variant = variant_of(model)
+    resolve_weights(weights, variant, model.image_size)  # an unknown name or variant fails first
+    # Every release is an RGB model: refuse before downloading.
+    check_channels(model, 3, f"The released weights {weights!r}")
+    path = fetch_weights(weights, variant, model.image_size)
     return load_official_npz(model, path, resample=method)
 
 

@@ -7,7 +7,7 @@ from keras_vit.layers import PatchEncoder, TransformerBlock, _pair, _register, g
 from keras_vit.stem import resnet_stem, stem_stride
 
 CLASSIFIERS = ("token", "gap")
-POOLINGS = ("token", "gap", "avg", "unpooled")
+POOLINGS = ("token", "gap", "avg", "max", "unpooled")
 
 _R50 = {"num_layers": (3, 4, 9), "width_factor": 1}
 _R26 = {"num_layers": (2, 2, 2, 2), "width_factor": 1}
@@ -73,7 +73,7 @@ class VisionTransformer(keras.Model):
     checkpoints load with `keras_vit.load_official_npz`.
 
     Args:
-        image_size: int or (height, width) of the RGB input.
+        image_size: int or (height, width) of the input images.
         patch_size: int or (ph, pw); for hybrids, the patch size on the stem's feature map.
         hidden_size, num_layers, num_heads, mlp_dim: the Transformer's width, depth, heads
             and MLP width.
@@ -93,11 +93,15 @@ class VisionTransformer(keras.Model):
             released checkpoint name such as "imagenet21k".
         name: the model's name.
         pooling: how the encoded tokens are pooled: None (as the classifier), "token",
-            "gap" (alias "avg"; the mean over the patch tokens) or "unpooled" (all tokens,
-            (B, T, D)).
+            "gap" (alias "avg"; the mean over the patch tokens), "max" (the maximum over
+            the patch tokens, per feature) or "unpooled" (all tokens, (B, T, D)).
         approximate_gelu: True for the tanh GELU the official checkpoints were trained
             with, False for the exact erf form.
-        input_tensor: an optional Keras tensor to build the model on.
+        input_tensor: an optional Keras tensor to build the model on; its last axis gives
+            the channels.
+        channels: the input's channels, 3 for RGB (the released checkpoints' count); any
+            other count (grayscale, RGBA, multispectral) for models trained from scratch:
+            the patch projection (and a hybrid's root convolution) takes them all.
         class_names: optional list of the head's class names, saved with the model
             (`decode_predictions` and `keras-vit predict` use them).
         attention_implementation: "auto", "matmul" or "dot_product_attention", how the
@@ -133,6 +137,7 @@ class VisionTransformer(keras.Model):
         pooling=None,
         approximate_gelu=True,
         input_tensor=None,
+        channels=3,
         class_names=None,
         attention_implementation="auto",
         **kwargs,
@@ -173,19 +178,27 @@ class VisionTransformer(keras.Model):
                 )
 
         if input_tensor is None:
-            inputs = keras.Input(shape=image_size + (3,), name="image")
+            try:
+                valid = not isinstance(channels, bool) and int(channels) == channels and channels >= 1
+            except (TypeError, ValueError):
+                valid = False
+            if not valid:
+                raise ValueError(f"channels must be a positive int (3 for RGB), got {channels!r}.")
+            channels = int(channels)
+            # channels_last whatever keras.config.image_data_format() says: the patch layout
+            # and the official checkpoints are (H, W, C).
+            inputs = keras.Input(shape=image_size + (channels,), name="image")
             x = inputs
         else:
             shape = tuple(input_tensor.shape)
-            if len(shape) != 4 or tuple(shape[1:3]) != image_size:
+            if len(shape) != 4 or tuple(shape[1:3]) != image_size or shape[3] is None:
                 raise ValueError(
-                    f"input_tensor has shape {shape}; expected (batch, {image_size[0]}, {image_size[1]}, 3)."
+                    f"input_tensor has shape {shape}; expected (batch, {image_size[0]}, {image_size[1]}, channels)."
                 )
             inputs = keras.utils.get_source_inputs(input_tensor)
             inputs = inputs[0] if len(inputs) == 1 else inputs
             x = input_tensor
-        if x.shape[-1] != 3:
-            raise ValueError(f"keras-vit models take RGB images with 3 channels; got {x.shape[-1]} channels.")
+            channels = int(shape[3])
 
         if resnet is not None:
             x = resnet_stem(x, **resnet)
@@ -210,6 +223,8 @@ class VisionTransformer(keras.Model):
             x = x[:, 0]
         elif pool in ("gap", "avg"):
             x = ops.mean(x[:, prefix:] if prefix else x, axis=1)
+        elif pool == "max":
+            x = ops.max(x[:, prefix:] if prefix else x, axis=1)
         if representation_size is not None:
             x = keras.layers.Dense(representation_size, activation="tanh", name="pre_logits")(x)
         if include_top:
@@ -224,6 +239,7 @@ class VisionTransformer(keras.Model):
         super().__init__(inputs=inputs, outputs=x, name=name, **kwargs)
 
         self.image_size = image_size
+        self.channels = channels
         self.patch_size = patch_size
         self.hidden_size = int(hidden_size)
         self.num_layers = int(num_layers)
@@ -266,6 +282,7 @@ class VisionTransformer(keras.Model):
             "name": self.name,
             "trainable": self.trainable,
             "image_size": self.image_size,
+            "channels": self.channels,
             "patch_size": self.patch_size,
             "hidden_size": self.hidden_size,
             "num_layers": self.num_layers,
@@ -315,12 +332,14 @@ def _application(variant, include_top, weights, input_tensor, input_shape, pooli
     input_shape = tuple(input_shape)
     if len(input_shape) != 3 or any(s is None for s in input_shape):
         raise ValueError(
-            f"input_shape must be a static (height, width, 3), got {input_shape}: position embeddings "
+            f"input_shape must be a static (height, width, channels), got {input_shape}: position embeddings "
             "are learned for one patch grid (use keras_vit.with_image_size to move a model)."
         )
-    if input_shape[-1] != 3:
-        raise ValueError(f"keras-vit models take RGB images with 3 channels; input_shape {input_shape} has {input_shape[-1]}.")
+    if input_tensor is not None and tuple(input_tensor.shape[1:]) != input_shape:
+        raise ValueError(f"input_shape {input_shape} does not match input_tensor's shape {tuple(input_tensor.shape)}.")
     config = {**VARIANTS[variant], **kwargs}
+    if input_tensor is None:
+        config["channels"] = input_shape[2]
     return VisionTransformer(
         image_size=input_shape[:2],
         classes=classes,
@@ -351,10 +370,13 @@ def _constructor(variant, fn_name):
     Args:
         include_top: with the classification head.
         weights: None, a path to an official `.npz` or `.weights.h5`, or a released
-            checkpoint name ("imagenet21k", "imagenet21k+imagenet2012", AugReg names).
+            checkpoint name: "imagenet" (the ImageNet-1k fine-tuned release of the variant,
+            see `keras_vit.checkpoints.IMAGENET`), "imagenet21k", "imagenet21k+imagenet2012",
+            AugReg names.
         input_tensor: optional Keras tensor to build the model on.
-        input_shape: (height, width, 3), default (224, 224, 3).
-        pooling: None (the classifier's own), "token", "gap"/"avg" or "unpooled".
+        input_shape: (height, width, channels), default (224, 224, 3); other channel
+            counts than 3 only with weights=None.
+        pooling: None (the classifier's own), "token", "gap"/"avg", "max" or "unpooled".
         classes: number of classes of the head.
         classifier_activation: activation of the head; None returns logits.
 
