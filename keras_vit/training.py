@@ -303,7 +303,7 @@ def resolve_precision(precision="auto", *, cpuinfo="/proc/cpuinfo"):
     if precision not in PRECISIONS:
         raise ValueError(f"Unknown precision {precision!r}; use one of {PRECISIONS}.")
     if precision != "auto":
-        return precision, "as configured"
+        return precision, "set explicitly"
     if tf.config.list_logical_devices("TPU"):
         return "mixed_bfloat16", "a TPU computes in bfloat16 natively"
     gpus = tf.config.list_physical_devices("GPU")
@@ -549,7 +549,8 @@ def train(config, model_dir, backup_dir=None, verbose="auto"):
     replicas = strategy.num_replicas_in_sync
     policy, why = resolve_precision(config["precision"])
     print(f"keras-vit train: {strategy_name(strategy)} with {replicas} replica(s)"
-          f"{'' if is_chief else f' (worker {index})'}; precision {policy} ({config['precision']}: {why})", flush=True)
+          f"{'' if is_chief else f' (worker {index})'}; precision {policy} "
+          f"({'auto: ' if config['precision'] == 'auto' else ''}{why})", flush=True)
     keras.utils.set_random_seed(config["seed"])
     keras.mixed_precision.set_global_policy(policy)
     try:

@@ -52,7 +52,7 @@ def test_top_classes_activation_and_name(app, width):
     assert model.output_shape == (None, 10)
     assert model.layers[-1].activation.__name__ == "softmax"
     assert model.name == app.__name__.lower()
-    probs = model.predict(np.zeros((2,) + SIZE, "float32"), verbose=0)
+    probs = keras.ops.convert_to_numpy(model(np.zeros((2,) + SIZE, "float32")))
     np.testing.assert_allclose(probs.sum(axis=-1), 1.0, atol=1e-5)
     logits = app(weights=None, input_shape=SIZE, classifier_activation=None, name="mine")
     assert logits.output_shape == (None, 1000) and logits.name == "mine"
@@ -71,9 +71,9 @@ def test_max_pooling_is_the_maximum_over_the_patch_tokens():
     tokens = randomize(keras_vit.ViTTi16(include_top=False, pooling="unpooled", input_shape=(64, 64, 3)))
     pooled = keras_vit.ViTTi16(include_top=False, pooling="max", input_shape=(64, 64, 3))
     pooled.set_weights(tokens.get_weights())
-    all_tokens = tokens.predict(x, verbose=0)
+    all_tokens = tokens(x).numpy()
     assert all_tokens.shape == (2, 17, 192)
-    np.testing.assert_allclose(pooled.predict(x, verbose=0), all_tokens[:, 1:].max(axis=1), atol=1e-6)
+    np.testing.assert_allclose(pooled(x).numpy(), all_tokens[:, 1:].max(axis=1), atol=1e-6)
     gap = keras_vit.VisionTransformer(image_size=32, patch_size=8, hidden_size=32, num_layers=1, num_heads=2,
                                       mlp_dim=32, classifier="gap", include_top=False, pooling="max")
     assert gap.output_shape == (None, 32)
@@ -87,7 +87,7 @@ def test_no_top_variable_input_channels(app, width):
         model = app(weights=None, include_top=False, input_shape=SIZE[:2] + (channels,))
         assert model.input_shape == (None,) + SIZE[:2] + (channels,)
         assert model.output_shape == (None, width)
-        assert model.predict(np.zeros((1,) + SIZE[:2] + (channels,), "float32"), verbose=0).shape == (1, width)
+        assert model(np.zeros((1,) + SIZE[:2] + (channels,), "float32")).shape == (1, width)
 
 
 def test_channels_round_trip_through_keras_files(tmp_path):
@@ -97,7 +97,7 @@ def test_channels_round_trip_through_keras_files(tmp_path):
     loaded = keras.models.load_model(tmp_path / "rgba.keras")
     assert loaded.input_shape == (None, 32, 32, 4) and loaded.channels == 4
     x = np.random.default_rng(1).uniform(-1, 1, (2, 32, 32, 4)).astype("float32")
-    np.testing.assert_allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0), atol=1e-6)
+    np.testing.assert_allclose(loaded(x).numpy(), model(x).numpy(), atol=1e-6)
     with pytest.raises(ValueError, match=r"channels must be a positive int \(3 for RGB\), got 0"):
         keras_vit.create_model("Ti/16", image_size=32, channels=0)
 
@@ -135,7 +135,7 @@ def test_channels_last_whatever_the_global_data_format():
     finally:
         keras.config.set_image_data_format("channels_last")
     assert model.input_shape == (None, 64, 64, 3) and plain.output_shape == (None, 192)
-    assert model.predict(np.zeros((1, 64, 64, 3), "float32"), verbose=0).shape == (1, 5)
+    assert model(np.zeros((1, 64, 64, 3), "float32")).shape == (1, 5)
 
 
 def test_dynamic_input_shape_is_refused_with_the_reason():

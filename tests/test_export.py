@@ -329,6 +329,12 @@ def test_bad_models_are_refused(digits_model, tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+def test_models_of_other_channel_counts_are_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"takes 4-channel images; exports serve uint8 RGB images \(3 channels\)"):
+        export_model(tiny_vit(channels=4), tmp_path / "rgba_savedmodel")
+    assert os.listdir(tmp_path) == []
+
+
 def test_image_sets_from_data_pipelines(digits, tmp_path):
     from keras_vit import data
     from keras_vit.export import load_image_set
