@@ -90,7 +90,7 @@ class VisionTransformer(keras.Model):
             the blocks.
         classifier_activation: activation on the head, e.g. "softmax"; None gives logits.
         weights: None, or a path to an official `.npz` checkpoint, a `.weights.h5` file or a
-            released checkpoint name such as "imagenet21k".
+            released checkpoint name such as "imagenet" or "imagenet21k".
         name: the model's name.
         pooling: how the encoded tokens are pooled: None (as the classifier), "token",
             "gap" (alias "avg"; the mean over the patch tokens), "max" (the maximum over
