@@ -139,9 +139,11 @@ def test_precision_auto_follows_the_accelerator(tmp_path, monkeypatch):
 
 def test_recipes_default_to_auto_and_the_start_line_says_which_and_why(tmp_path, capfd):
     assert training.DEFAULTS["precision"] == "auto"
-    for recipe in ("digits", "cifar10", "finetune", "pretrain_imagenet21k"):
+    for recipe in ("cifar10", "finetune", "pretrain_imagenet21k"):
         assert training.load_recipe(ROOT / "recipes" / f"{recipe}.py")["precision"] == "auto", recipe
-    config = training.apply_overrides(training.load_recipe(DIGITS), ["epochs=1", "steps_per_epoch=2"])
+    assert training.load_recipe(DIGITS)["precision"] == "float32"  # its shipped model's precision
+    config = training.apply_overrides(training.load_recipe(DIGITS), ["epochs=1", "steps_per_epoch=2",
+                                                                      "precision=auto"])
     metrics = training.train(config, tmp_path, verbose=0)
     policy, why = training.resolve_precision("auto")
     assert f"precision {policy} (auto: {why})" in capfd.readouterr().out
