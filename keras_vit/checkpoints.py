@@ -143,6 +143,21 @@ def _squeeze(shape):
     return tuple(d for d in shape if d != 1)
 
 
+def check_channels(model, channels, source):
+    """Refuses weights for `channels`-channel images in a model that takes another count.
+
+    The patch projection (a hybrid's root convolution) has one kernel slice per input
+    channel, so RGB weights have no place in a grayscale, RGBA or multispectral model.
+    """
+    own = model.input_shape[-1]
+    if channels != own:
+        raise ValueError(
+            f"{source} holds weights for {channels}-channel images{' (RGB)' if channels == 3 else ''}, but the "
+            f"model {model.name!r} takes {own} channel(s): build it with input_shape=(height, width, {channels}) "
+            "to load them, or train it from scratch with weights=None."
+        )
+
+
 def load_official_npz(model, path, *, resample="official"):
     """Fills a keras-vit model from a checkpoint in the official .npz layout.
 
@@ -165,6 +180,9 @@ def load_official_npz(model, path, *, resample="official"):
     if not os.path.isfile(path):
         raise FileNotFoundError(f"No checkpoint file at {path}.")
     index = read_npz_index(path)
+    first_conv = index.get("conv_root/kernel" if model.resnet else "embedding/kernel")
+    if first_conv is not None and len(first_conv[0]) == 4:
+        check_channels(model, first_conv[0][2], f"Checkpoint {path}")
     layout = _detect_layout(index)
     plan, missing, mismatched = [], [], []
     report = {"layout": layout, "loaded": [], "kept": [], "dropped": [], "resampled": []}
@@ -286,6 +304,8 @@ def resolve_weights(name, variant, image_size=(224, 224)):
             f"they exist for {', '.join(available)}."
         )
     preset = PRESETS[variant]
+    if name == "imagenet":
+        return f"{base}/{preset.imagenet}.npz"
     if name == "imagenet21k":
         return f"{base}/imagenet21k/{preset.official_name}.npz"
     if name == "imagenet21k+imagenet2012":
@@ -339,6 +359,7 @@ def _load_keras_file(model, path, method):
     """Loads a .keras or .weights.h5 saved by keras-vit, resampling to the model's size."""
     if path.endswith(".keras"):
         source = load_keras_model(path)
+        check_channels(model, source.input_shape[-1], path)
     else:
         source = _model_at_saved_size(model, path)
         source.load_weights(path)
@@ -353,6 +374,9 @@ def _model_at_saved_size(model, path):
 
     found = []
     with h5py.File(path, "r") as f:
+        first_conv = f.get("layers/std_conv2d/vars/0" if model.resnet else "layers/patch_encoder/projection/vars/0")
+        if isinstance(first_conv, h5py.Dataset) and len(first_conv.shape) == 4:
+            check_channels(model, first_conv.shape[2], path)
         f.visititems(lambda name, obj: found.append(obj.shape)
                      if isinstance(obj, h5py.Dataset) and "patch_encoder" in name and len(obj.shape) == 3
                      and obj.shape[0] == 1 and obj.shape[1] > 1 else None)
@@ -378,7 +402,11 @@ def load_weights(model, weights, *, method="official"):
         return load_official_npz(model, weights, resample=method)
     if weights.endswith((".npz", ".keras", ".h5")) or os.sep in weights:
         raise FileNotFoundError(f"weights file {weights} does not exist.")
-    path = fetch_weights(weights, variant_of(model), model.image_size)
+    variant = variant_of(model)
+    resolve_weights(weights, variant, model.image_size)  # an unknown name or variant fails first
+    # Every release is an RGB model: refuse before downloading.
+    check_channels(model, 3, f"The released weights {weights!r}")
+    path = fetch_weights(weights, variant, model.image_size)
     return load_official_npz(model, path, resample=method)
 
 

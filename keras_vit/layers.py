@@ -175,6 +175,7 @@ class PatchEncoder(keras.layers.Layer):
             self.patch_size,
             strides=self.patch_size,
             padding="valid",
+            data_format="channels_last",
             kernel_initializer="lecun_normal",
             name="embedding",
             dtype=self.dtype_policy,

@@ -15,7 +15,7 @@ from keras_vit.presets import PRESETS, VARIANTS, canonical_variant  # noqa: F401
 from keras_vit.stem import resnet_stem, stem_stride
 
 CLASSIFIERS = ("token", "gap")
-POOLINGS = ("token", "gap", "avg", "unpooled")
+POOLINGS = ("token", "gap", "avg", "max", "unpooled")
 SIZE_ARGS = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "resnet")
 
 # Loading weights is keras_vit.checkpoints' job; it registers its loader here when imported
@@ -115,7 +115,7 @@ class VisionTransformer(keras.Model):
     checkpoints load with `keras_vit.load_official_npz`.
 
     Args:
-        image_size: int or (height, width) of the RGB input.
+        image_size: int or (height, width) of the input images.
         patch_size: int or (ph, pw); for hybrids, the patch size on the stem's feature map.
         hidden_size, num_layers, num_heads, mlp_dim: the Transformer's width, depth, heads
             and MLP width.
@@ -132,14 +132,18 @@ class VisionTransformer(keras.Model):
             the blocks.
         classifier_activation: activation on the head, e.g. "softmax"; None gives logits.
         weights: None, or a path to an official `.npz` checkpoint, a `.weights.h5` file or a
-            released checkpoint name such as "imagenet21k".
+            released checkpoint name such as "imagenet" or "imagenet21k".
         name: the model's name.
         pooling: how the encoded tokens are pooled: None (as the classifier), "token",
-            "gap" (alias "avg"; the mean over the patch tokens) or "unpooled" (all tokens,
-            (B, T, D)).
+            "gap" (alias "avg"; the mean over the patch tokens), "max" (the maximum over
+            the patch tokens, per feature) or "unpooled" (all tokens, (B, T, D)).
         approximate_gelu: True for the tanh GELU the official checkpoints were trained
             with, False for the exact erf form.
-        input_tensor: an optional Keras tensor to build the model on.
+        input_tensor: an optional Keras tensor to build the model on; its last axis gives
+            the channels.
+        channels: the input's channels, 3 for RGB (the released checkpoints' count); any
+            other count (grayscale, RGBA, multispectral) for models trained from scratch:
+            the patch projection (and a hybrid's root convolution) takes them all.
         class_names: optional list of the head's class names, saved with the model
             (`decode_predictions` and `keras-vit predict` use them).
         attention_implementation: "auto", "matmul" or "dot_product_attention", how the
@@ -191,6 +195,7 @@ class VisionTransformer(keras.Model):
         pooling=None,
         approximate_gelu=True,
         input_tensor=None,
+        channels=3,
         class_names=None,
         attention_implementation="auto",
         variant=None,
@@ -246,20 +251,28 @@ class VisionTransformer(keras.Model):
         input_size = (None, None) if dynamic_image_size else image_size
 
         if input_tensor is None:
-            inputs = keras.Input(shape=input_size + (3,), name="image")
+            try:
+                valid = not isinstance(channels, bool) and int(channels) == channels and channels >= 1
+            except (TypeError, ValueError):
+                valid = False
+            if not valid:
+                raise ValueError(f"channels must be a positive int (3 for RGB), got {channels!r}.")
+            channels = int(channels)
+            # channels_last whatever keras.config.image_data_format() says: the patch layout
+            # and the official checkpoints are (H, W, C).
+            inputs = keras.Input(shape=input_size + (channels,), name="image")
             x = inputs
         else:
             shape = tuple(input_tensor.shape)
-            if len(shape) != 4 or (tuple(shape[1:3]) != image_size and not dynamic_image_size):
+            if len(shape) != 4 or (tuple(shape[1:3]) != image_size and not dynamic_image_size) or shape[3] is None:
                 raise ValueError(
-                    f"input_tensor has shape {shape}; expected (batch, {image_size[0]}, {image_size[1]}, 3)"
+                    f"input_tensor has shape {shape}; expected (batch, {image_size[0]}, {image_size[1]}, channels)"
                     + (" (or pass dynamic_image_size=True for any size)." if None in shape[1:3] else ".")
                 )
             inputs = keras.utils.get_source_inputs(input_tensor)
             inputs = inputs[0] if len(inputs) == 1 else inputs
             x = input_tensor
-        if x.shape[-1] != 3:
-            raise ValueError(f"keras-vit models take RGB images with 3 channels; got {x.shape[-1]} channels.")
+            channels = int(shape[3])
 
         if dynamic_image_size:
             x = ImageSizeCheck(effective, name="image_size_check")(x)
@@ -293,6 +306,8 @@ class VisionTransformer(keras.Model):
             x = x[:, 0]
         elif pool in ("gap", "avg"):
             x = ops.mean(x[:, prefix:] if prefix else x, axis=1)
+        elif pool == "max":
+            x = ops.max(x[:, prefix:] if prefix else x, axis=1)
         if fc_norm:
             x = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="fc_norm")(x)
         if representation_size is not None:
@@ -313,6 +328,7 @@ class VisionTransformer(keras.Model):
         self._stages = _Stages(stages)
 
         self.image_size = image_size
+        self.channels = channels
         self.patch_size = patch_size
         self.hidden_size = int(hidden_size)
         self.num_layers = int(num_layers)
@@ -423,6 +439,7 @@ class VisionTransformer(keras.Model):
             "name": self.name,
             "trainable": self.trainable,
             "image_size": self.image_size,
+            "channels": self.channels,
             "patch_size": self.patch_size,
             "hidden_size": self.hidden_size,
             "num_layers": self.num_layers,
@@ -485,15 +502,16 @@ def _application(variant, include_top=True, weights=None, input_tensor=None, inp
     input_shape = tuple(input_shape)
     if len(input_shape) != 3 or input_shape[-1] is None or (input_shape[0] is None) != (input_shape[1] is None):
         raise ValueError(
-            f"input_shape must be (height, width, 3), or (None, None, 3) for a model that takes any size, "
-            f"got {input_shape}."
+            f"input_shape must be (height, width, channels), or (None, None, channels) for a model that "
+            f"takes any size, got {input_shape}."
         )
+    if input_tensor is not None and tuple(input_tensor.shape[1:]) != input_shape:
+        raise ValueError(f"input_shape {input_shape} does not match input_tensor's shape {tuple(input_tensor.shape)}.")
     if input_shape[0] is None:  # any size; position embeddings stored for image_size (224 by default)
         kwargs["dynamic_image_size"] = True
         input_shape = tuple(_pair(kwargs.pop("image_size", 224), "image_size")) + input_shape[2:]
-    if input_shape[-1] != 3:
-        raise ValueError(
-            f"keras-vit models take RGB images with 3 channels; input_shape {input_shape} has {input_shape[-1]}.")
+    if input_tensor is None:
+        kwargs["channels"] = input_shape[2]
     return create_model(
         variant,
         image_size=tuple(input_shape[:2]),
@@ -515,12 +533,14 @@ _APPLICATION_DOC = """
     Args:
         include_top: with the classification head.
         weights: None, a path to an official `.npz` or `.weights.h5`, or a released
-            checkpoint name ("imagenet21k", "imagenet21k+imagenet2012", AugReg names;
-            `keras_vit.presets.PRESETS[variant].weights` lists what exists).
+            checkpoint name: "imagenet" (the ImageNet-1k fine-tuned release of the variant,
+            see `keras_vit.presets.PRESETS[variant].imagenet`), "imagenet21k", "imagenet21k+imagenet2012",
+            AugReg names; `keras_vit.presets.PRESETS[variant].weights` lists what exists.
         input_tensor: optional Keras tensor to build the model on.
-        input_shape: (height, width, 3), default (224, 224, 3); (None, None, 3) for a model
-            that takes any size (position embeddings stored at 224, or `image_size=`).
-        pooling: None (the classifier's own), "token", "gap"/"avg" or "unpooled".
+        input_shape: (height, width, channels), default (224, 224, 3); other channel
+            counts than 3 only with weights=None; (None, None, channels) for a model that
+            takes any size (position embeddings stored at 224, or `image_size=`).
+        pooling: None (the classifier's own), "token", "gap"/"avg", "max" or "unpooled".
         classes: number of classes of the head.
         classifier_activation: activation of the head; None returns logits.
         name: the model's name, by default the function's in lower case.

@@ -11,7 +11,7 @@ Example:
 
 import dataclasses
 
-NAMED_WEIGHTS = ("imagenet21k", "imagenet21k+imagenet2012", "augreg", "augreg+imagenet2012")
+NAMED_WEIGHTS = ("imagenet", "imagenet21k", "imagenet21k+imagenet2012", "augreg", "augreg+imagenet2012")
 
 _R50 = {"num_layers": (3, 4, 9), "width_factor": 1}
 _R26 = {"num_layers": (2, 2, 2, 2), "width_factor": 1}
@@ -31,6 +31,7 @@ class Preset:
     augreg: the recommended AugReg checkpoint's file stem, or None.
     augreg_finetune_lr: the learning rate in its ImageNet-2012 fine-tune's file name.
     finetune_224: whether an imagenet21k+imagenet2012 fine-tune at 224 (`-224`) was released.
+    imagenet: what `weights="imagenet"` loads, the release's path without ".npz", or None.
     """
 
     sizes: dict
@@ -41,6 +42,7 @@ class Preset:
     augreg: str = None
     augreg_finetune_lr: str = None
     finetune_224: bool = False
+    imagenet: str = None
 
 
 def _vit(patch, hidden, layers, heads, mlp, resnet=None):
@@ -77,6 +79,30 @@ PRESETS = {
     "R+Ti/16": Preset(_vit(8, 192, 12, 3, 768, {"num_layers": (), "width_factor": 1}), "R+ViT-Ti_16", "RViTTi16",
                       6_337_704, _AUGREG, "R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0", "0.03"),
 }
+
+# weights="imagenet", the keras.applications habit: the ImageNet-1k classifier released for the
+# variant. The AugReg ImageNet-21k -> ImageNet-1k fine-tuning at 224 where one exists (the files
+# timm's `augreg_in21k_ft_in1k` 224 weights come from); else the original paper's ImageNet-21k ->
+# ImageNet-1k fine-tuning, released at 384 only (a model of another size gets its position
+# embeddings resampled). R26+B/32 has no ImageNet-1k release.
+_I1K_224 = "--imagenet2012-steps_20k-lr_{lr}-res_224"
+_IMAGENET = {
+    "Ti/16": "augreg/Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0" + _I1K_224.format(lr="0.03"),
+    "S/16": "augreg/S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0" + _I1K_224.format(lr="0.03"),
+    "S/32": "augreg/S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0" + _I1K_224.format(lr="0.03"),
+    "B/8": "augreg/B_8-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0" + _I1K_224.format(lr="0.01"),
+    "B/16": "augreg/B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0" + _I1K_224.format(lr="0.01"),
+    "B/32": "augreg/B_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.03-do_0.0-sd_0.0" + _I1K_224.format(lr="0.03"),
+    "L/16": "augreg/L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1" + _I1K_224.format(lr="0.01"),
+    "R+Ti/16": "augreg/R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0" + _I1K_224.format(lr="0.03"),
+    "R26+S/32": "augreg/R26_S_32-i21k-300ep-lr_0.001-aug_light0-wd_0.03-do_0.1-sd_0.1" + _I1K_224.format(lr="0.03"),
+    "R50+L/32": "augreg/R50_L_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1" + _I1K_224.format(lr="0.01"),
+    "L/32": "imagenet21k+imagenet2012/ViT-L_32",
+    "H/14": "imagenet21k+imagenet2012/ViT-H_14",
+    "R50+B/16": "imagenet21k+imagenet2012/R50+ViT-B_16",
+}
+PRESETS = {name: dataclasses.replace(preset, imagenet=_IMAGENET[name], weights=("imagenet",) + preset.weights)
+           if name in _IMAGENET else preset for name, preset in PRESETS.items()}
 
 # The official configurations' sizes, by variant (the public `keras_vit.VARIANTS`).
 VARIANTS = {name: preset.sizes for name, preset in PRESETS.items()}

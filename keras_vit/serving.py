@@ -69,6 +69,11 @@ def check_exportable(model):
             "logits and probabilities."
         )
     shape = tuple(model.input_shape)
+    if len(shape) == 4 and shape[-1] != 3:
+        raise ValueError(
+            f"{model.name!r} takes {shape[-1]}-channel images; exports serve uint8 RGB images (3 channels), "
+            "so only 3-channel models can be exported."
+        )
     if len(shape) != 4 or None in shape[1:] or shape[-1] != 3:
         raise ValueError(f"{model.name!r} takes inputs of shape {shape}; expected (batch, height, width, 3).")
     return shape[1], shape[2]

@@ -50,7 +50,7 @@ class StdConv2D(keras.layers.Layer):
 
     def call(self, inputs):
         kernel = ops.cast(standardize_kernel(ops.cast(self.kernel, "float32")), inputs.dtype)
-        return ops.conv(inputs, kernel, strides=self.strides, padding="same")
+        return ops.conv(inputs, kernel, strides=self.strides, padding="same", data_format="channels_last")
 
     def compute_output_shape(self, input_shape):
         b, h, w, _ = tuple(input_shape)
@@ -141,7 +141,7 @@ def resnet_stem(x, num_layers=(3, 4, 9), width_factor=1):
     x = StdConv2D(width, 7, strides=2, name="conv_root")(x)
     x = _group_norm("gn_root", None)(x)
     x = keras.layers.ReLU(name="root_relu")(x)
-    x = keras.layers.MaxPooling2D(3, strides=2, padding="same", name="root_pool")(x)
+    x = keras.layers.MaxPooling2D(3, strides=2, padding="same", data_format="channels_last", name="root_pool")(x)
     for i, units in enumerate(num_layers):
         for j in range(units):
             stride = 2 if (i > 0 and j == 0) else 1

@@ -35,6 +35,6 @@ def get_config():
         steps_per_epoch=500,
         epochs=20,  # 10,000 steps
         validation_split=0.02,
-        precision="float32",
+        precision="auto",  # bfloat16 where the hardware has it natively, else float32
         seed=0,
     )

@@ -34,6 +34,6 @@ def get_config():
         batch_size=4096,
         epochs=90,
         eval_crop_fraction=0.875,
-        precision="mixed_bfloat16",
+        precision="auto",  # bfloat16 where the hardware has it natively, else float32
         seed=0,
     )

@@ -205,8 +205,11 @@ def test_named_weights_resolve_to_the_public_release(monkeypatch):
     assert resolve_weights(name, "B/8") == f"{base}/augreg/{name}.npz"
     with pytest.raises(ValueError, match=r"No 'imagenet21k' weights were released for Ti/16"):
         resolve_weights("imagenet21k", "Ti/16")
-    with pytest.raises(ValueError, match="Unknown weights 'imagenet'"):
-        resolve_weights("imagenet", "B/16")
+    assert resolve_weights("imagenet", "B/16") == f"{base}/augreg/B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-" \
+        "do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.01-res_224.npz"
+    assert resolve_weights("imagenet", "H/14") == f"{base}/imagenet21k+imagenet2012/ViT-H_14.npz"
+    with pytest.raises(ValueError, match="Unknown weights 'imagenet1k'"):
+        resolve_weights("imagenet1k", "B/16")
 
 
 def test_named_weights_are_fetched_once_into_the_keras_cache(tmp_path, monkeypatch):
@@ -291,3 +294,40 @@ def test_convert_cli_writes_a_ready_to_fine_tune_model_atomically(tmp_path):
     result = _cli("convert", str(ckpt), "--variant", "S/16", "--out", str(failed))
     assert result.returncode == 1 and "does not fit" in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.keras", "ti.npz"]
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".keras", ".weights.h5"])
+def test_rgb_weights_into_a_model_of_other_channels_are_refused_naming_both_counts(tmp_path, suffix):
+    rgb = randomize(tiny_vit())
+    path = str(tmp_path / f"rgb{suffix}")
+    {".npz": lambda: save_official_npz(rgb, path), ".keras": lambda: rgb.save(path),
+     ".weights.h5": lambda: rgb.save_weights(path)}[suffix]()
+    gray = tiny_vit(channels=1)
+    before = [w.copy() for w in gray.get_weights()]
+    with pytest.raises(ValueError, match=r"holds weights for 3-channel images \(RGB\), but the model "
+                                         r"'vision_transformer(_\d+)?' takes 1 channel\(s\)"):
+        load_weights(gray, path)
+    assert all(np.array_equal(a, b) for a, b in zip(before, gray.get_weights()))
+    # the other way round: a 4-channel model's weights into an RGB one
+    rgba = randomize(tiny_vit(channels=4))
+    rgba_path = str(tmp_path / f"rgba{suffix}")
+    {".npz": lambda: save_official_npz(rgba, rgba_path), ".keras": lambda: rgba.save(rgba_path),
+     ".weights.h5": lambda: rgba.save_weights(rgba_path)}[suffix]()
+    with pytest.raises(ValueError, match=r"weights for 4-channel images, but the model .* takes 3 channel"):
+        load_weights(tiny_vit(), rgba_path)
+    # and a 4-channel model takes 4-channel weights
+    target = tiny_vit(channels=4)
+    load_weights(target, rgba_path)
+    np.testing.assert_array_equal(target.patch_encoder.projection.kernel.numpy(),
+                                  rgba.patch_encoder.projection.kernel.numpy())
+
+
+def test_hybrid_root_conv_channels_are_checked(tmp_path):
+    rgb = randomize(tiny_vit(patch_size=1, resnet=dict(num_layers=(1,))))
+    path = save_official_npz(rgb, tmp_path / "hybrid.npz")
+    with pytest.raises(ValueError, match=r"3-channel images \(RGB\), but the model .* takes 2 channel"):
+        load_official_npz(tiny_vit(patch_size=1, resnet=dict(num_layers=(1,)), channels=2), path)
+    rgb.save_weights(tmp_path / "hybrid.weights.h5")
+    with pytest.raises(ValueError, match=r"3-channel images \(RGB\), but the model .* takes 2 channel"):
+        load_weights(tiny_vit(patch_size=1, resnet=dict(num_layers=(1,)), channels=2),
+                     str(tmp_path / "hybrid.weights.h5"))

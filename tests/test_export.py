@@ -328,6 +328,12 @@ def test_bad_models_are_refused(digits_model, tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+def test_models_of_other_channel_counts_are_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"takes 4-channel images; exports serve uint8 RGB images \(3 channels\)"):
+        export_model(tiny_vit(channels=4), tmp_path / "rgba_savedmodel")
+    assert os.listdir(tmp_path) == []
+
+
 def test_int8_calibrates_and_checks_on_the_models_own_data(digits_model, tmp_path, keras_vit_log):
     """A model dir of `keras-vit train` names its data in metrics.json: export uses it by default."""
     model_dir = tmp_path / "vit_digits"

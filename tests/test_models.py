@@ -158,7 +158,7 @@ def test_mixed_precision_keeps_the_head_in_float32():
         (dict(image_size=30), r"image_size \(30, 30\) is not a multiple of the patch size \(8, 8\)"),
         (dict(hidden_size=30), "hidden_size 30 is not divisible by num_heads 4"),
         (dict(classifier="cls"), "Unknown classifier 'cls'"),
-        (dict(pooling="max"), "Unknown pooling 'max'"),
+        (dict(pooling="min"), "Unknown pooling 'min'"),
         (dict(classifier="gap", pooling="token"), "pooling='token' needs a class token"),
         (dict(image_size=36, patch_size=1, resnet=dict(num_layers=(1, 1))),
          r"image_size \(36, 36\) is not a multiple of the hybrid's effective patch size \(8, 8\)"),
@@ -170,12 +170,14 @@ def test_bad_model_arguments_name_the_values(kwargs, message):
         tiny_vit(**kwargs)
 
 
-def test_bad_channel_count_and_shapes_name_the_values():
-    with pytest.raises(ValueError, match=r"3 channels; input_shape \(224, 224, 1\) has 1"):
-        keras_vit.ViTB16(input_shape=(224, 224, 1))
-    with pytest.raises(ValueError, match=r"3 channels; input_shape \(32, 32, 4\) has 4"):
-        keras_vit.ViTTi16(input_tensor=keras.Input((32, 32, 4)))
-    with pytest.raises(ValueError, match=r"or \(None, None, 3\) for a model that takes any size, got \(None, 224, 3\)"):
+def test_other_channel_counts_and_bad_shapes():
+    # grayscale, RGBA, multispectral: the patch projection takes every channel (weights=None)
+    assert tiny_vit(channels=1).get_layer("patch_encoder").projection.kernel.shape == (8, 8, 1, 32)
+    assert keras_vit.ViTTi16(input_tensor=keras.Input((32, 32, 4))).input_shape == (None, 32, 32, 4)
+    with pytest.raises(ValueError, match=r"channels must be a positive int \(3 for RGB\), got 'rgb'"):
+        tiny_vit(channels="rgb")
+    with pytest.raises(ValueError, match=r"or \(None, None, channels\) for a model that takes any size, "
+                                         r"got \(None, 224, 3\)"):
         keras_vit.ViTB16(input_shape=(None, 224, 3))
 
 

@@ -88,8 +88,68 @@ def test_mixed_bfloat16_training_in_process(tmp_path):
                                                                       "precision=mixed_bfloat16"])
     metrics = training.train(config, tmp_path, verbose=0)
     assert metrics["epochs_completed"] == 1 and keras.mixed_precision.global_policy().name == "float32"
+    assert metrics["precision"] == "mixed_bfloat16" and metrics["precision_reason"] == "set explicitly"
     model = keras.models.load_model(tmp_path / "model.keras")
     assert model.class_names == [str(d) for d in range(10)]
+
+
+def _cpuinfo(tmp_path, flags, key="flags"):
+    path = tmp_path / f"cpuinfo_{len(flags)}"
+    path.write_text(f"processor\t: 0\nmodel name\t: Test CPU\n{key}\t\t: fpu sse2 {' '.join(flags)}\n\n")
+    return str(path)
+
+
+def test_precision_auto_follows_the_cpu_flags(tmp_path, monkeypatch):
+    import tensorflow as tf
+
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: [])
+    monkeypatch.setattr(tf.config, "list_logical_devices", lambda kind=None: [])
+    for flags, native in ((["avx512f", "avx512_bf16"], "avx512_bf16"),
+                          (["amx_bf16", "amx_tile"], "amx_bf16, amx_tile")):
+        policy, why = training.resolve_precision("auto", cpuinfo=_cpuinfo(tmp_path, flags))
+        assert (policy, why) == ("mixed_bfloat16", f"the CPU has native bfloat16 ({native})")
+    policy, why = training.resolve_precision("auto", cpuinfo=_cpuinfo(tmp_path, ["avx2", "avx512f"]))
+    assert policy == "float32" and "no native bfloat16" in why and "emulated" in why
+    policy, why = training.resolve_precision("auto", cpuinfo=str(tmp_path / "missing"))
+    assert policy == "float32" and "unreadable" in why
+    # an explicit choice is kept as given, whatever the hardware
+    assert training.resolve_precision("mixed_bfloat16", cpuinfo=_cpuinfo(tmp_path, ["avx2"]))[0] == "mixed_bfloat16"
+    assert training.resolve_precision("float32", cpuinfo=_cpuinfo(tmp_path, ["avx512_bf16"]))[0] == "float32"
+    with pytest.raises(ValueError, match=r"Unknown precision 'bf16'; use one of \('auto', 'float32'"):
+        training.resolve_precision("bf16")
+
+
+def test_precision_auto_follows_the_accelerator(tmp_path, monkeypatch):
+    import tensorflow as tf
+
+    gpu = tf.config.PhysicalDevice("/physical_device:GPU:0", "GPU")
+    details = {"compute_capability": (9, 0), "device_name": "NVIDIA H100"}
+    monkeypatch.setattr(tf.config, "list_logical_devices", lambda kind=None: [])
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: [gpu] if kind == "GPU" else [])
+    monkeypatch.setattr(tf.config.experimental, "get_device_details", lambda device: details)
+    no_bf16_cpu = _cpuinfo(tmp_path, ["avx2"])
+    assert training.resolve_precision("auto", cpuinfo=no_bf16_cpu) == (
+        "mixed_bfloat16", "the GPU NVIDIA H100 (compute capability 9.0) has native bfloat16")
+    details.update(compute_capability=(7, 5), device_name="Tesla T4")
+    policy, why = training.resolve_precision("auto", cpuinfo=_cpuinfo(tmp_path, ["avx512_bf16"]))
+    assert policy == "float32" and "Tesla T4 (compute capability 7.5) has no native bfloat16" in why
+    tpu = tf.config.LogicalDevice("/device:TPU:0", "TPU")
+    monkeypatch.setattr(tf.config, "list_logical_devices", lambda kind=None: [tpu] if kind == "TPU" else [])
+    assert training.resolve_precision("auto", cpuinfo=no_bf16_cpu)[0] == "mixed_bfloat16"
+
+
+def test_recipes_default_to_auto_and_the_start_line_says_which_and_why(tmp_path, capfd):
+    assert training.DEFAULTS["precision"] == "auto"
+    for recipe in ("cifar10", "finetune", "pretrain_imagenet21k"):
+        assert training.load_recipe(ROOT / "recipes" / f"{recipe}.py")["precision"] == "auto", recipe
+    assert training.load_recipe(DIGITS)["precision"] == "float32"  # its shipped model's precision
+    config = training.apply_overrides(training.load_recipe(DIGITS), ["epochs=1", "steps_per_epoch=2",
+                                                                      "precision=auto"])
+    metrics = training.train(config, tmp_path, verbose=0)
+    policy, why = training.resolve_precision("auto")
+    assert f"precision {policy} (auto: {why})" in capfd.readouterr().out
+    assert (metrics["precision"], metrics["precision_reason"]) == (policy, why)
+    assert keras.mixed_precision.global_policy().name == "float32"
 
 
 def test_mirrored_strategy_over_two_logical_cpus(tmp_path):
