@@ -248,6 +248,16 @@ class VisionTransformer(keras.Model):
 
             load_weights(self, weights)
 
+    def compile(self, optimizer="rmsprop", loss=None, *args, **kwargs):
+        """keras.Model.compile; a loss expecting probabilities on a logits head (the default,
+        classifier_activation=None) is compiled as from_logits=True, with a warning (see _losses)."""
+        if loss is not None and self.include_top:
+            from keras_vit._losses import match_loss_to_head
+
+            loss = match_loss_to_head(loss, outputs_logits=self.classifier_activation is None,
+                                      model_name=self.name)
+        return super().compile(optimizer, loss, *args, **kwargs)
+
     @property
     def patch_encoder(self):
         return self.get_layer("patch_encoder")
