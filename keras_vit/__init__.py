@@ -22,7 +22,9 @@ __version__ = "0.1.0"
 # TensorFlow is our default backend; a user's own KERAS_BACKEND wins.
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 # TensorFlow's C++ start-up lines (cuInit failures, CPU feature notes) say nothing a user can act on;
-# set before TensorFlow is imported, and only when the user has not chosen a level.
+# set before TensorFlow is imported, and only when the user has not chosen a level (the CLI also
+# hides the lines TensorFlow writes before its logging reads the level).
+_USER_TF_LOG_LEVEL = os.environ.get("TF_CPP_MIN_LOG_LEVEL")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 # A library only adds a NullHandler: the application (our CLI, a notebook) decides where the
@@ -67,19 +69,29 @@ def _register_serializables():
 
 class _RegisterAfterKeras(importlib.abc.MetaPathFinder):
     """Registers keras-vit's classes right after `keras` itself is imported, so that
-    `import keras_vit; import keras; keras.models.load_model("vit.keras")` works as before."""
+    `import keras_vit; import keras; keras.models.load_model("vit.keras")` works as before.
+
+    It hands back the spec the other finders give, its loader wrapped; it stays in sys.meta_path
+    until Keras has really been executed (TensorFlow asks for the spec without importing)."""
+
+    _busy = False
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != "keras":
+        if fullname != "keras" or self._busy:
             return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec("keras")
+        self._busy = True
+        try:
+            spec = importlib.util.find_spec("keras")
+        finally:
+            self._busy = False
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         exec_module = spec.loader.exec_module
 
         def exec_then_register(module):
             exec_module(module)
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
             _register_serializables()
 
         spec.loader.exec_module = exec_then_register

@@ -257,10 +257,33 @@ def _console_logging():
 
 
 def _quiet_tensorflow():
-    """Before TensorFlow is imported: no C++ start-up lines (cuInit, CPU features) unless the user
-    set TF_CPP_MIN_LOG_LEVEL, and absl's Python warnings only from ERROR up."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    """Imports TensorFlow without its start-up lines (oneDNN and CUDA notes, "failed call to cuInit"),
+    unless the user set TF_CPP_MIN_LOG_LEVEL: TensorFlow writes them through absl before it reads
+    that level, so stderr is parked in a file while TensorFlow loads and finds its devices; the
+    file is shown only when that fails. absl's Python warnings go from ERROR up."""
+    import tempfile
+
+    import keras_vit
+
     logging.getLogger("absl").setLevel(logging.ERROR)
+    if keras_vit._USER_TF_LOG_LEVEL is not None or "tensorflow" in sys.modules:
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as parked:
+        os.dup2(parked.fileno(), 2)
+        try:
+            import tensorflow as tf
+
+            tf.config.list_physical_devices()  # CUDA initializes (and complains) here, not at import
+        except BaseException:
+            os.dup2(saved, 2)
+            parked.seek(0)
+            sys.stderr.write(parked.read().decode(errors="replace"))
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
 
 
 def main(argv=None):
@@ -269,9 +292,9 @@ def main(argv=None):
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    _quiet_tensorflow()
     _console_logging()
     try:
+        _quiet_tensorflow()
         args.func(args)
     except KeyboardInterrupt as e:
         # training.train says where a rerun resumes; elsewhere nothing was written

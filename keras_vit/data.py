@@ -272,9 +272,9 @@ def load_tfds(name, splits=("train", "test"), data_dir=None):
 TFDS_HOST = ("storage.googleapis.com", 443)  # tfds' own mirror, tried first for catalog datasets
 
 
-def _network_reachable(address=TFDS_HOST, timeout=5.0):
+def _network_reachable(address=None, timeout=5.0):
     try:
-        socket.create_connection(address, timeout=timeout).close()
+        socket.create_connection(address or TFDS_HOST, timeout=timeout).close()
         return True
     except OSError:
         return False

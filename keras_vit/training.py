@@ -128,9 +128,9 @@ def resolve_config(recipe_config):
 
 def _with_suggestion(key):
     """'epoch' -> "'epoch' (did you mean 'epochs'?)"; the full list only when nothing is close."""
-    close = difflib.get_close_matches(key, _valid_keys(), n=3, cutoff=0.6)
+    close = difflib.get_close_matches(key, _valid_keys(), n=1, cutoff=0.6)
     if close:
-        return f"{key!r} (did you mean {' or '.join(repr(c) for c in close)}?)"
+        return f"{key!r} (did you mean {close[0]!r}?)"
     return f"{key!r} (valid keys: {', '.join(_valid_keys())})"
 
 
@@ -179,6 +179,9 @@ def _parse_value(key, text, current):
         try:
             return _safe_literal(text)
         except (ValueError, SyntaxError):
+            if any(c in text for c in "([{"):  # meant as a Python value, but not a literal one
+                raise ValueError(f"--set {key}={text}: not a literal value (numbers, strings, tuples, lists, "
+                                 "{...} or dict(key=value, ...) of them, None).") from None
             return text
 
     if isinstance(current, bool):

@@ -4,6 +4,7 @@ command line, one-line errors with the next step."""
 import os
 import subprocess
 import sys
+import time
 import warnings
 
 import numpy as np
@@ -75,3 +76,131 @@ def test_logits_model_with_a_logits_loss_compiles_silently():
         warnings.simplefilter("error")
         model.compile("adam", keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=0.1))
     assert model.loss.get_config()["label_smoothing"] == 0.1
+
+
+# --- finding 8: --set papercuts, recipes by name ----------------------------------------------
+
+def test_set_parses_the_readmes_dict_syntax_safely_and_suggests_keys():
+    from keras_vit import training
+
+    config = training.load_recipe("digits")  # a shipped recipe, by name
+    assert config["recipe"].endswith(os.path.join("keras_vit", "recipes", "digits.py"))
+    changed = training.apply_overrides(config, ["model.resnet=dict(num_layers=(3, 4, 9), width_factor=1)"])
+    assert changed["model"]["resnet"] == {"num_layers": (3, 4, 9), "width_factor": 1}
+    assert training.apply_overrides(config, ["model.resnet={'num_layers': ()}"])["model"]["resnet"] == \
+        {"num_layers": ()}
+    # never eval: a call inside is no literal, and is refused
+    with pytest.raises(ValueError, match=r"--set model.resnet=dict\(num_layers=__import__.*: not a literal value"):
+        training.apply_overrides(config, ["model.resnet=dict(num_layers=__import__('os').getcwd())"])
+    with pytest.raises(ValueError, match=r"'model.hiden_size' \(did you mean 'model.hidden_size'\?\)"):
+        training.apply_overrides(config, ["model.hiden_size=3"])
+    with pytest.raises(ValueError, match=r"Recipe digitz does not exist, and is not a shipped recipe \(.*digits"):
+        training.load_recipe("digitz")
+
+
+def test_bad_precision_and_finished_model_dir_are_refused_before_anything_starts(tmp_path):
+    from keras_vit import training
+
+    config = training.apply_overrides(training.load_recipe("digits"), ["precision=bf16"])
+    with pytest.raises(ValueError, match=r"precision 'bf16' is not a Keras dtype policy"):
+        training.train(config, tmp_path / "run")
+    assert not (tmp_path / "run").exists()  # no empty model dir after a failed start
+    finished = tmp_path / "done"
+    finished.mkdir()
+    (finished / "metrics.json").write_text("{}")
+    config = training.load_recipe("digits")
+    with pytest.raises(FileExistsError, match=r"done holds a finished run .*--overwrite"):
+        training.train(config, str(finished))
+    # a failed start in an empty dir the run created is cleaned up (unreadable data)
+    config = training.apply_overrides(config, [f"data={tmp_path / 'missing.tgz'}"])
+    with pytest.raises(ValueError, match="missing.tgz does not exist"):
+        training.train(config, str(tmp_path / "fresh"))
+    assert not (tmp_path / "fresh").exists()
+
+
+# --- finding 5: a fast, quiet command line; the package imports nothing heavy ----------------
+
+def test_help_and_version_do_not_import_tensorflow():
+    for args in (["--help"], ["--version"], ["train", "--help"]):
+        code = ("import sys; from keras_vit.cli import main\n"
+                f"try:\n    main({args!r})\nexcept SystemExit:\n    pass\n"
+                "heavy = sorted(m for m in ('tensorflow', 'keras', 'numpy') if m in sys.modules)\n"
+                "print('HEAVY', heavy)")
+        result = _run("-c", code)
+        assert result.returncode == 0, result.stderr
+        assert "HEAVY []" in result.stdout, (args, result.stdout[-500:])
+    result = _run("-m", "keras_vit.cli", "--version")
+    assert result.stdout.startswith("keras-vit 0.1.0") and result.stderr == ""
+
+
+def test_lazy_exports_and_registration_for_load_model_in_either_import_order(tmp_path):
+    import keras_vit
+    from conftest import tiny_vit
+
+    path = tmp_path / "tiny.keras"
+    tiny_vit().save(path)
+    assert set(keras_vit.__all__) >= {"ViTB16", "VisionTransformer", "create_model", "load_classifier"}
+    for first, second in (("keras_vit", "keras"), ("keras", "keras_vit"), ("keras_vit", "tensorflow as tf; keras = tf.keras")):
+        code = (f"import {first}\nimport {second}\n"
+                f"m = keras.models.load_model({str(path)!r})\nprint(type(m).__name__, m.classes)")
+        result = _run("-c", code)
+        assert result.returncode == 0 and "VisionTransformer 7" in result.stdout, (first, second, result.stderr[-2000:])
+    result = _run("-c", "import keras_vit, sys\nassert 'tensorflow' not in sys.modules\n"
+                        "from keras_vit import ViTTi16\nprint(keras_vit.ViTB16.__name__, ViTTi16.__name__)\n"
+                        "keras_vit.NoSuchThing")
+    assert "ViTB16 ViTTi16" in result.stdout
+    assert "AttributeError: module 'keras_vit' has no attribute 'NoSuchThing'" in result.stderr
+
+
+def test_cli_prints_no_tensorflow_start_up_lines(tmp_path):
+    env = {"TF_CPP_MIN_LOG_LEVEL": ""}
+    code = ("import os; os.environ.pop('TF_CPP_MIN_LOG_LEVEL')\nimport sys; from keras_vit.cli import main\n"
+            f"sys.exit(main(['predict', {str(ROOT / 'saved_models/vit_cifar10/model.keras')!r}, "
+            f"{str(ROOT / 'tests/data/cifar10_sample/cat/0511.jpg')!r}, '--top', '1']))")
+    result = _run("-c", code, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().endswith("0511.jpg: cat 0.4893")
+    assert result.stderr == "", result.stderr  # no absl pre-init lines, no cuInit, no oneDNN notes
+
+
+# --- finding 3: network failures, one exception / one line with the next step ------------------
+
+def test_named_weights_offline_raise_one_error_naming_the_url_and_the_next_step(tmp_path, monkeypatch):
+    import keras_vit
+
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("KERAS_VIT_WEIGHTS_URL", "http://127.0.0.1:9/vit_models")  # nothing listens on port 9
+    with pytest.raises(ConnectionError) as raised:
+        keras_vit.ViTTi16(weights="augreg", input_shape=(32, 32, 3), classes=3)
+    message = str(raised.value)
+    assert "Could not download the 'augreg' weights from http://127.0.0.1:9/vit_models/augreg/Ti_16-i21k" in message
+    assert "Connection refused" in message and "\n" not in message
+    assert "$KERAS_VIT_WEIGHTS_URL" in message and 'pass its path: weights="Ti_16-i21k' in message
+
+
+def test_cli_reports_a_download_failure_in_one_line(tmp_path):
+    result = _run("-m", "keras_vit.cli", "train", "finetune", "--set", "init_checkpoint=augreg",
+                  "--set", "model.variant=Ti/16", "--set", "data=digits", "--set", "image_size=32",
+                  "--set", "epochs=1", "--model-dir", str(tmp_path / "ft"),
+                  env={"KERAS_HOME": str(tmp_path / "cache"), "KERAS_VIT_WEIGHTS_URL": "http://127.0.0.1:9/x"})
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("keras-vit train: error: Could not download the 'augreg' weights from "
+                           "http://127.0.0.1:9/x/augreg/Ti_16-i21k"), last
+    assert not (tmp_path / "ft").exists()  # no empty model dir after a failed start
+
+
+# --- finding 2: tfds in a fresh venv, and offline ---------------------------------------------
+
+def test_tfds_imports_and_fails_fast_and_clearly_offline(tmp_path, monkeypatch):
+    from keras_vit import data
+
+    import tensorflow_datasets  # noqa: F401  (needs importlib_resources, which tfds does not declare)
+
+    monkeypatch.setattr(data, "TFDS_HOST", ("127.0.0.1", 9))  # as offline: nothing answers
+    start = time.time()
+    with pytest.raises(ConnectionError, match=r"tfds:mnist is not prepared in .* cannot be reached \(offline\?\)"
+                                              r".*--set data=FOLDER"):
+        data.load_tfds("mnist", data_dir=str(tmp_path))
+    assert time.time() - start < 30
