@@ -203,7 +203,7 @@ def test_hybrid_filters_come_from_the_rgb_stem_and_say_so():
     model = tiny_vit(patch_size=2, resnet=dict(num_layers=(1,), width_factor=1))
     result = viz.embedding_filter_components(model)
     assert result["source"] == "conv_root"
-    assert result["components"].shape == (28, 7, 7, 3)
+    assert result["components"].shape == (12, 7, 7, 3)  # the default: the informative few
     assert "not RGB" in result["note"]
 
 
