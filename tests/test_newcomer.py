@@ -204,3 +204,37 @@ def test_tfds_imports_and_fails_fast_and_clearly_offline(tmp_path, monkeypatch):
                                               r".*--set data=FOLDER"):
         data.load_tfds("mnist", data_dir=str(tmp_path))
     assert time.time() - start < 30
+
+
+# --- finding 7: train and its model dir ---------------------------------------------------------
+
+def test_ctrl_c_says_how_to_resume_and_the_rerun_says_it_resumes_then_a_finished_dir_is_kept(tmp_path):
+    import signal
+
+    args = [sys.executable, "-m", "keras_vit.cli", "train", "digits", "--set", "epochs=6", "--set",
+            "steps_per_epoch=20", "--set", "batch_size=32", "--model-dir", str(tmp_path)]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")
+    run = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    history, deadline = tmp_path / "history.csv", time.time() + 300
+    while time.time() < deadline and run.poll() is None:
+        if history.exists() and len(history.read_text().splitlines()) >= 3:  # header + 2 epochs
+            break
+        time.sleep(0.2)
+    assert run.poll() is None, "the run finished before it could be interrupted"
+    run.send_signal(signal.SIGINT)
+    out, err = run.communicate(timeout=120)
+    assert run.returncode == 130 and "Traceback" not in err, err[-3000:]
+    done = len(history.read_text().splitlines()) - 1
+    assert err.strip().splitlines()[-1] == (f"keras-vit train: interrupted; run the same command again to resume "
+                                             f"from epoch {done + 1}")
+    rerun = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    backup = tmp_path / "backup" / "worker_0"
+    assert f"keras-vit train: resuming from epoch {done + 1} (backup in {backup})" in rerun.stdout
+    # finished: the same command again is refused, the files stay; --overwrite trains again
+    before = (tmp_path / "model.keras").stat().st_mtime
+    again = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    last = again.stderr.strip().splitlines()[-1]
+    assert again.returncode == 1 and "Traceback" not in again.stderr, again.stderr[-3000:]
+    assert last.startswith("keras-vit train: error: ") and "holds a finished run" in last and "--overwrite" in last
+    assert (tmp_path / "model.keras").stat().st_mtime == before
