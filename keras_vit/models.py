@@ -258,6 +258,13 @@ class VisionTransformer(keras.Model):
                                       model_name=self.name)
         return super().compile(optimizer, loss, *args, **kwargs)
 
+    def compile_from_config(self, config):
+        # Keras skips this for any model that overrides compile(); ours only adjusts the loss, so a
+        # saved compiled model loads compiled, as Trainer.compile_from_config would do it.
+        self.compile(**keras.saving.deserialize_keras_object(config))
+        if hasattr(self, "optimizer") and self.built:
+            self.optimizer.build(self.trainable_variables)
+
     @property
     def patch_encoder(self):
         return self.get_layer("patch_encoder")

@@ -238,3 +238,17 @@ def test_ctrl_c_says_how_to_resume_and_the_rerun_says_it_resumes_then_a_finished
     assert again.returncode == 1 and "Traceback" not in again.stderr, again.stderr[-3000:]
     assert last.startswith("keras-vit train: error: ") and "holds a finished run" in last and "--overwrite" in last
     assert (tmp_path / "model.keras").stat().st_mtime == before
+
+
+def test_a_compiled_model_loads_compiled(tmp_path):
+    import keras
+
+    model = _entry_points()["VisionTransformer"]()
+    with pytest.warns(UserWarning, match="from_logits=True"):
+        model.compile(optimizer="adam", loss="categorical_crossentropy", metrics=["accuracy"])
+    model.save(tmp_path / "m.keras")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loaded = keras.models.load_model(tmp_path / "m.keras")
+    assert not [w for w in caught if "not called as part of model loading" in str(w.message)]
+    assert loaded.compiled and loaded.loss.get_config()["from_logits"] is True
