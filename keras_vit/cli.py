@@ -113,7 +113,7 @@ def _add_train(commands):
                    "e.g. recipes/digits.py")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a recipe key, e.g. --set epochs=5 --set model.hidden_size=256 "
-                   "--set data=tests/data/cifar10_sample (repeatable)")
+                   "--set data=DATA/ (a folder of train/<class>/ and test/<class>/ images) (repeatable)")
     p.add_argument("--model-dir", default=None, help="output folder (default runs/<recipe name>)")
     p.add_argument("--backup-dir", default=None,
                    help="where preemption backups go (default <model-dir>/backup); one folder per worker inside")

@@ -252,3 +252,29 @@ def test_a_compiled_model_loads_compiled(tmp_path):
         loaded = keras.models.load_model(tmp_path / "m.keras")
     assert not [w for w in caught if "not called as part of model loading" in str(w.message)]
     assert loaded.compiled and loaded.loss.get_config()["from_logits"] is True
+
+
+def test_loader_reports_a_complete_load_without_nothing_lists(tmp_path, caplog):
+    import logging
+
+    import keras_vit
+    from conftest import randomize, tiny_vit
+
+    path = keras_vit.save_official_npz(randomize(tiny_vit()), tmp_path / "tiny.npz")
+    caplog.set_level(logging.INFO, logger="keras_vit")
+    keras_vit.load_official_npz(tiny_vit(), path)
+    (line,) = [r.getMessage() for r in caplog.records if "tiny.npz" in r.getMessage()]
+    assert line.endswith("(released layout), every variable of the model.") and "nothing" not in line, line
+    keras_vit.load_official_npz(tiny_vit(classes=3), path)
+    line = [r.getMessage() for r in caplog.records if "tiny.npz" in r.getMessage()][-1]
+    assert "kept: head/kernel" in line and "nothing" not in line and "dropped" not in line, line
+
+
+def test_visualize_out_on_an_existing_file_is_one_clear_line(tmp_path, capsys):
+    from keras_vit.cli import main
+
+    (tmp_path / "figs").write_text("not a folder")
+    assert main(["visualize", str(ROOT / "saved_models/vit_cifar10/model.keras"), "--out", str(tmp_path / "figs")]) == 1
+    err = capsys.readouterr().err
+    assert err == (f"keras-vit visualize: error: --out {tmp_path / 'figs'} is a file; visualize writes a folder of "
+                   "figures: name a new or existing folder.\n")
