@@ -375,8 +375,9 @@ def test_cli_errors_name_the_file(tmp_path, capsys):
     ]
     for args, name in cases:
         assert cli.main(["visualize", *args, "--out", str(tmp_path / "figs")]) == 1
-        err = capsys.readouterr().err
-        assert err.startswith("keras-vit visualize: error: ") and name in err, err
+        err = capsys.readouterr().err  # progress lines ("keras_vit: loaded ...") may come first
+        last = err.strip().splitlines()[-1]
+        assert last.startswith("keras-vit visualize: error: ") and name in last, err
 
 
 # --------------------------------------------------------------------------- the paper's claims
