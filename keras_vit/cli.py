@@ -91,25 +91,19 @@ def _size(text):
     return parts[0] if len(parts) == 1 else tuple(parts)
 
 
-def _recipe_names():
-    folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recipes")
-    try:
-        return sorted(f[:-3] for f in os.listdir(folder) if f.endswith(".py") and not f.startswith("_"))
-    except OSError:
-        return []
-
-
 def _add_train(commands):
+    from keras_vit._recipes import shipped_recipes
+
     p = commands.add_parser(
         "train",
-        help="run a training recipe with model.fit (" + ", ".join(_recipe_names()) + ", or a recipe file)",
+        help="run a training recipe with model.fit (" + ", ".join(shipped_recipes()) + ", or a recipe file)",
         description="Runs RECIPE (a shipped recipe's name, or a Python file whose get_config() returns the "
         "experiment) with model.fit under the tf.distribute strategy that fits the machine (TPU, several workers "
         "via TF_CONFIG, several GPUs, or one device). Writes model.keras, best.keras, metrics.json, history.csv "
         "and TensorBoard logs to --model-dir. Rerunning the same command after a crash or Ctrl-C resumes from "
         "the last finished epoch; a finished model dir is kept unless --overwrite.",
     )
-    p.add_argument("recipe", help="a shipped recipe (" + ", ".join(_recipe_names()) + ") or a file, "
+    p.add_argument("recipe", help="a shipped recipe (" + ", ".join(shipped_recipes()) + ") or a file, "
                    "e.g. recipes/digits.py")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a recipe key, e.g. --set epochs=5 --set model.hidden_size=256 "

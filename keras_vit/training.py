@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit._files import atomic_path
+from keras_vit._recipes import RECIPES_DIR, find_recipe, shipped_recipes  # noqa: F401  (public here)
 
 log = logging.getLogger("keras_vit")
 
@@ -132,32 +133,6 @@ def _with_suggestion(key):
     if close:
         return f"{key!r} (did you mean {close[0]!r}?)"
     return f"{key!r} (valid keys: {', '.join(_valid_keys())})"
-
-
-RECIPES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recipes")
-
-
-def shipped_recipes():
-    """The names of the recipes installed with the package, e.g. ["cifar10", "digits", ...]."""
-    try:
-        return sorted(f[:-3] for f in os.listdir(RECIPES_DIR) if f.endswith(".py") and not f.startswith("_"))
-    except OSError:
-        return []
-
-
-def find_recipe(name):
-    """A recipe file: `name` itself when it is a file, else the shipped recipe of that name.
-
-    Example:
-    >>> find_recipe("digits")   # .../keras_vit/recipes/digits.py
-    """
-    path = os.fspath(name)
-    if os.path.isfile(path):
-        return path
-    stem = path.removesuffix(".py")
-    if os.sep not in stem and stem in shipped_recipes():
-        return os.path.join(RECIPES_DIR, f"{stem}.py")
-    raise ValueError(f"Recipe {path} does not exist, and is not a shipped recipe ({', '.join(shipped_recipes())}).")
 
 
 def load_recipe(path):
