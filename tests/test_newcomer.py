@@ -208,6 +208,7 @@ def test_tfds_imports_and_fails_fast_and_clearly_offline(tmp_path, monkeypatch):
 
 # --- finding 7: train and its model dir ---------------------------------------------------------
 
+@pytest.mark.slow  # three training processes, about 30 s
 def test_ctrl_c_says_how_to_resume_and_the_rerun_says_it_resumes_then_a_finished_dir_is_kept(tmp_path):
     import signal
 
