@@ -49,7 +49,14 @@ _SERIALIZABLES = ("keras_vit.layers", "keras_vit.stem", "keras_vit.models", "ker
 __all__ = sorted(_MODULE_OF) + ["__version__"]
 
 
+# Submodules reachable as attributes, as when __init__ imported them all (keras_vit.data.load_digits).
+_SUBMODULES = ("applications", "checkpoints", "data", "export", "layers", "models", "posemb", "stem", "training",
+               "visualize")
+
+
 def __getattr__(name):
+    if name in _SUBMODULES:
+        return importlib.import_module(f"keras_vit.{name}")  # the import sets the attribute too
     module = _MODULE_OF.get(name)
     if module is None:
         raise AttributeError(f"module 'keras_vit' has no attribute {name!r}")
@@ -59,7 +66,7 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_MODULE_OF))
+    return sorted(set(globals()) | set(_MODULE_OF) | set(_SUBMODULES))
 
 
 def _register_serializables():

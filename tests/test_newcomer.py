@@ -147,8 +147,9 @@ def test_lazy_exports_and_registration_for_load_model_in_either_import_order(tmp
         assert result.returncode == 0 and "VisionTransformer 7" in result.stdout, (first, second, result.stderr[-2000:])
     result = _run("-c", "import keras_vit, sys\nassert 'tensorflow' not in sys.modules\n"
                         "from keras_vit import ViTTi16\nprint(keras_vit.ViTB16.__name__, ViTTi16.__name__)\n"
+                        "print(len(keras_vit.data.load_digits()['test']), 'epochs' in keras_vit.training.DEFAULTS)\n"
                         "keras_vit.NoSuchThing")
-    assert "ViTB16 ViTTi16" in result.stdout
+    assert "ViTB16 ViTTi16\n359 True\n" in result.stdout, result.stderr[-2000:]
     assert "AttributeError: module 'keras_vit' has no attribute 'NoSuchThing'" in result.stderr
 
 
