@@ -251,10 +251,10 @@ def load_official_npz(model, path, *, resample="official"):
             variable.assign(np.reshape(value, variable.shape).astype(variable.dtype))
             report["loaded"].append(key)
             del value
-    pieces = [f"loaded {len(report['loaded'])} arrays"]
-    for what in ("kept", "dropped", "resampled"):
-        pieces.append(f"{what}: {', '.join(report[what]) or 'nothing'}")
-    log.info("%s from %s (%s layout); %s.", pieces[0], path, layout, "; ".join(pieces[1:]))
+    # only what happened: "kept: nothing" read as if nothing had loaded
+    changes = [f"{what}: {', '.join(report[what])}" for what in ("kept", "dropped", "resampled") if report[what]]
+    log.info("loaded %d arrays from %s (%s layout)%s.", len(report["loaded"]), path, layout,
+             "; " + "; ".join(changes) if changes else ", every variable of the model")
     return report
 
 
@@ -322,7 +322,15 @@ def fetch_weights(name, variant, image_size=(224, 224)):
 
     url = resolve_weights(name, variant, image_size)
     folder, fname = url.rsplit("/", 2)[-2:]
-    return keras.utils.get_file(fname=fname, origin=url, cache_subdir=os.path.join("models", "vit_models", folder))
+    try:
+        return keras.utils.get_file(fname=fname, origin=url,
+                                    cache_subdir=os.path.join("models", "vit_models", folder))
+    except Exception as e:  # get_file wraps URLError/HTTPError in a bare Exception
+        reason = " ".join(str(e).split(" -- ")[-1].split()) or type(e).__name__
+        raise ConnectionError(
+            f"Could not download the {name!r} weights from {url} ({reason}). Set ${WEIGHTS_URL_ENV} to a mirror "
+            f"of {DEFAULT_WEIGHTS_URL}, or download the file and pass its path: weights=\"{fname}\"."
+        ) from None
 
 
 def load_keras_model(path):

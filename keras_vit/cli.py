@@ -1,8 +1,17 @@
-"""`keras-vit` command line: thin front ends over the Python API, one subcommand each."""
+"""`keras-vit` command line: thin front ends over the Python API, one subcommand each.
+
+Only the standard library is imported until a command runs, so `--help` and `--version` answer at
+once; every error a user can cause or meet (a bad value, a missing file or package, no network,
+Ctrl-C) ends in one line on stderr, never a traceback.
+"""
 
 import argparse
+import logging
 import os
 import sys
+
+# Errors that carry a message meant for the user (network failures are OSErrors).
+USER_ERRORS = (ValueError, TypeError, OSError, RuntimeError, ImportError)
 
 
 def _convert(args):
@@ -21,25 +30,25 @@ def _convert(args):
 
 
 def _train(args):
-    from keras_vit.training import apply_overrides, load_recipe, train
+    from keras_vit.training import apply_overrides, find_recipe, load_recipe, train
 
-    config = apply_overrides(load_recipe(args.recipe), args.set)
-    model_dir = args.model_dir or os.path.join(
-        "runs", os.path.splitext(os.path.basename(args.recipe))[0])
-    metrics = train(config, model_dir, backup_dir=args.backup_dir)
+    recipe = find_recipe(args.recipe)
+    config = apply_overrides(load_recipe(recipe), args.set)
+    model_dir = args.model_dir or os.path.join("runs", os.path.splitext(os.path.basename(recipe))[0])
+    metrics = train(config, model_dir, backup_dir=args.backup_dir, overwrite=args.overwrite)
     if metrics["stopped_early"]:
         raise RuntimeError(f"training stopped after {metrics['epochs_completed']} of {config['epochs']} epochs "
                            "(a NaN loss?); see the history in the model dir")
 
 
 def _visualize(args):
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise FileExistsError(f"--out {args.out} is a file; visualize writes a folder of figures: "
+                              "name a new or existing folder.")
     from keras_vit.visualize import FIGURES, visualize_files
 
-    try:
-        written = visualize_files(args.model, args.out, args.image, batch_size=args.batch_size,
-                                  num_components=args.components)
-    except ImportError as e:  # matplotlib, an optional extra: one line, not a traceback
-        raise ValueError(str(e)) from None
+    written = visualize_files(args.model, args.out, args.image, batch_size=args.batch_size,
+                              num_components=args.components)
     for name in FIGURES:
         if name in written:
             print(written[name]["png"])
@@ -82,32 +91,32 @@ def _size(text):
     return parts[0] if len(parts) == 1 else tuple(parts)
 
 
-def build_parser():
-    parser = argparse.ArgumentParser(
-        prog="keras-vit",
-        description="The Vision Transformer for Keras 3: convert official checkpoints, train recipes, "
-        "export, predict and visualize.",
-    )
-    parser.add_argument("--version", action="version", version=_version())
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+def _add_train(commands):
+    from keras_vit._recipes import shipped_recipes
 
     p = commands.add_parser(
         "train",
-        help="run a training recipe with model.fit (recipes/*.py)",
-        description="Runs RECIPE (a Python file whose get_config() returns the experiment) with model.fit "
-        "under the tf.distribute strategy that fits the machine (TPU, several workers via TF_CONFIG, several "
-        "GPUs, or one device). Writes model.keras, best.keras, metrics.json, history.csv and TensorBoard logs "
-        "to --model-dir. Rerunning the same command after a crash resumes from the last finished epoch.",
+        help="run a training recipe with model.fit (" + ", ".join(shipped_recipes()) + ", or a recipe file)",
+        description="Runs RECIPE (a shipped recipe's name, or a Python file whose get_config() returns the "
+        "experiment) with model.fit under the tf.distribute strategy that fits the machine (TPU, several workers "
+        "via TF_CONFIG, several GPUs, or one device). Writes model.keras, best.keras, metrics.json, history.csv "
+        "and TensorBoard logs to --model-dir. Rerunning the same command after a crash or Ctrl-C resumes from "
+        "the last finished epoch; a finished model dir is kept unless --overwrite.",
     )
-    p.add_argument("recipe", help="e.g. recipes/digits.py")
+    p.add_argument("recipe", help="a shipped recipe (" + ", ".join(shipped_recipes()) + ") or a file, "
+                   "e.g. recipes/digits.py")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a recipe key, e.g. --set epochs=5 --set model.hidden_size=256 "
-                   "--set data=../shared/data/cifar10-jpeg.tgz (repeatable)")
+                   "--set data=DATA/ (a folder of train/<class>/ and test/<class>/ images) (repeatable)")
     p.add_argument("--model-dir", default=None, help="output folder (default runs/<recipe name>)")
     p.add_argument("--backup-dir", default=None,
                    help="where preemption backups go (default <model-dir>/backup); one folder per worker inside")
+    p.add_argument("--overwrite", action="store_true",
+                   help="train again into a model dir that holds a finished run (its files are replaced)")
     p.set_defaults(func=_train)
 
+
+def _add_convert(commands):
     p = commands.add_parser(
         "convert",
         help="official .npz, timm or Hugging Face checkpoint -> a ready-to-fine-tune .keras model",
@@ -131,6 +140,8 @@ def build_parser():
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     p.set_defaults(func=_convert)
 
+
+def _add_visualize(commands):
     p = commands.add_parser(
         "visualize",
         help="the paper's analysis figures (Figures 6-7) for a model, with their data",
@@ -143,10 +154,12 @@ def build_parser():
                    help="image files (JPEG, PNG, GIF, BMP) for the rollout maps and attention distances")
     p.add_argument("--out", required=True, help="output folder (created; figures in it are replaced)")
     p.add_argument("--batch-size", type=int, default=16, help="images per forward pass (default 16)")
-    p.add_argument("--components", type=int, default=28,
-                   help="principal components of the embedding filters to draw (default 28)")
+    p.add_argument("--components", type=int, default=12,
+                   help="principal components of the embedding filters to draw (default 12)")
     p.set_defaults(func=_visualize)
 
+
+def _add_export(commands):
     p = commands.add_parser(
         "export",
         help=".keras model -> SavedModel or TFLite, preprocessing inside, checked against Keras",
@@ -171,8 +184,8 @@ def build_parser():
                    help="calibrate on at most N images (default 200)")
     p.add_argument("--samples", metavar="IMAGES", default=None,
                    help="images for the parity check, as --representative (a data source's test split); class "
-                   "folders and data sources add accuracy. Default: the model's own test data when it can be "
-                   "read, else random pixels")
+                   "folders and data sources add accuracy. Default: the model's own test data; without it, "
+                   "export stops and asks for --samples")
     p.add_argument("--max-samples", type=int, default=1000, metavar="N",
                    help="check parity on at most N samples, a random subset (default 1000)")
     p.add_argument("--attention", action="store_true", help="also output every block's attention maps")
@@ -180,6 +193,8 @@ def build_parser():
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     p.set_defaults(func=_export)
 
+
+def _add_predict(commands):
     p = commands.add_parser(
         "predict",
         help="top classes of images, from a .keras, SavedModel or .tflite model",
@@ -190,6 +205,18 @@ def build_parser():
     p.add_argument("images", nargs="+", metavar="IMAGE", help="JPEG, PNG, GIF or BMP files")
     p.add_argument("--top", type=int, default=5, help="classes to print per image (default 5)")
     p.set_defaults(func=_predict)
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="keras-vit",
+        description="The Vision Transformer for Keras 3: convert official checkpoints, train recipes, "
+        "export, predict and visualize.",
+    )
+    parser.add_argument("--version", action="version", version=_version())
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for add in (_add_train, _add_convert, _add_visualize, _add_export, _add_predict):
+        add(commands)
     return parser
 
 
@@ -199,7 +226,64 @@ def _version():
     try:
         return f"keras-vit {version('keras-vit')}"
     except PackageNotFoundError:
-        return "keras-vit (not installed)"
+        import keras_vit
+
+        return f"keras-vit {keras_vit.__version__} (not installed)"
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever sys.stderr is at the time (main() may run many times in one process)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):
+        pass
+
+
+def _console_logging():
+    """The "keras_vit" log lines on stderr, one per stage of long work; the package itself adds
+    only a NullHandler, so this is the command line's choice, not every importer's."""
+    log = logging.getLogger("keras_vit")
+    if not any(isinstance(h, _StderrHandler) for h in log.handlers):
+        handler = _StderrHandler()
+        handler.setFormatter(logging.Formatter("keras_vit: %(message)s"))
+        log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    # The root logger may have a handler of its own (absl installs one); print each line once.
+    log.propagate = False
+
+
+def _quiet_tensorflow():
+    """Imports TensorFlow without its start-up lines (oneDNN and CUDA notes, "failed call to cuInit"),
+    unless the user set TF_CPP_MIN_LOG_LEVEL: TensorFlow writes them through absl before it reads
+    that level, so stderr is parked in a file while TensorFlow loads and finds its devices; the
+    file is shown only when that fails. absl's Python warnings go from ERROR up."""
+    import tempfile
+
+    import keras_vit
+
+    logging.getLogger("absl").setLevel(logging.ERROR)
+    if keras_vit._USER_TF_LOG_LEVEL is not None or "tensorflow" in sys.modules:
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as parked:
+        os.dup2(parked.fileno(), 2)
+        try:
+            import tensorflow as tf
+
+            tf.config.list_physical_devices()  # CUDA initializes (and complains) here, not at import
+        except BaseException:
+            os.dup2(saved, 2)
+            parked.seek(0)
+            sys.stderr.write(parked.read().decode(errors="replace"))
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
 
 
 def main(argv=None):
@@ -208,13 +292,27 @@ def main(argv=None):
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    _console_logging()
     try:
+        _quiet_tensorflow()
         args.func(args)
-    except (ValueError, FileNotFoundError, FileExistsError, RuntimeError) as e:
-        print(f"keras-vit {args.command}: error: {e}", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        # training.train says where a rerun resumes; elsewhere nothing was written
+        print(f"keras-vit {args.command}: {e.args[0] if e.args else 'interrupted'}", file=sys.stderr)
+        return 130
+    except USER_ERRORS as e:
+        print(f"keras-vit {args.command}: error: {_one_line(e)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _one_line(error):
+    text = " ".join(str(error).split()) or type(error).__name__
+    if isinstance(error, ImportError) and getattr(error, "name", None):
+        extra = {"matplotlib": "viz", "ai_edge_litert": "export", "scipy": "test"}.get(error.name.split(".")[0])
+        if extra and "pip install" not in text:
+            text += f' (pip install "keras-vit[{extra}]")'
+    return text
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ images of an export from any of those, or from files, arrays and datasets.
 
 import logging
 import os
+import socket
 import tarfile
 
 import numpy as np
@@ -253,6 +254,8 @@ def load_tfds(name, splits=("train", "test"), data_dir=None):
     tfds = require("tensorflow_datasets", "tfds", package="tensorflow-datasets", what=f"the tfds data set {name!r}")
 
     builder = tfds.builder(name, data_dir=data_dir)
+    if not builder.is_prepared():
+        _check_download_possible(name, builder.data_dir)
     builder.download_and_prepare()
     names = builder.info.features["label"].names
     shape = builder.info.features["image"].shape
@@ -268,6 +271,27 @@ def load_tfds(name, splits=("train", "test"), data_dir=None):
             images, labels = tfds.as_numpy(builder.as_dataset(split=split, as_supervised=True, batch_size=-1))
             out[split] = from_arrays(images, labels, names, origin=origin)
     return out
+
+
+TFDS_HOST = ("storage.googleapis.com", 443)  # tfds' own mirror, tried first for catalog datasets
+
+
+def _network_reachable(address=None, timeout=5.0):
+    try:
+        socket.create_connection(address or TFDS_HOST, timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def _check_download_possible(name, data_dir):
+    """Offline, tfds retries a download for minutes and ends in a traceback: say it at once."""
+    if not _network_reachable():
+        raise ConnectionError(
+            f"tfds:{name} is not prepared in {data_dir} and {TFDS_HOST[0]} cannot be reached (offline?). "
+            f"Prepare it once where there is network (python -c \"import tensorflow_datasets as tfds; "
+            f"tfds.builder('{name}').download_and_prepare()\"; $TFDS_DATA_DIR picks the folder), or train on "
+            "images that are here: --set data=FOLDER or an archive (.tgz) of train/<class>/ and test/<class>/.")
 
 
 def data_source(spec):

@@ -252,8 +252,9 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
             beside `model.keras`.
         samples: images for the parity check, in the same forms (a data source's "test"
             split); labelled ones (class folders, data sources, (images, labels)) add
-            accuracy. Default: the model's own test split (as above) when it can be read,
-            else 32 images of random pixels, labelled as such in the report.
+            accuracy. Default: the model's own test split (as above); when it is named but
+            cannot be read, a FileNotFoundError; without a metrics.json, 32 images of
+            random pixels, labelled as such in the report and warned about.
         max_samples: at most this many samples (a random subset of a larger folder).
         calibration_images: at most this many representative images.
         overwrite: replace an existing export (and its JSON).
@@ -332,7 +333,8 @@ def _check_request(path, format, quantize, representative_images, recipe, overwr
 
 
 def _sample_images(model, image_size, samples, recipe, split, max_samples, seed):
-    """The parity check's images: given, else the model's own test split, else random pixels."""
+    """The parity check's images: given, else the model's own test split (refused when it cannot be read),
+    else, for a model without metrics.json, random pixels with a warning."""
     class_names = getattr(model, "class_names", None)
     if samples is not None:
         return load_image_set(samples, image_size, class_names=class_names, classes=model.classes, split=split,
@@ -344,10 +346,14 @@ def _sample_images(model, image_size, samples, recipe, split, max_samples, seed)
             return load_image_set(recipe["data"], image_size, class_names=class_names, classes=model.classes,
                                   split=split, max_images=max_samples, seed=seed, what="samples")
         except (ValueError, FileNotFoundError) as e:
-            log.info("cannot read it here (%s)", e)
+            # a parity check on random pixels would pass for a model that is wrong on real images
+            raise FileNotFoundError(
+                f"samples: the model's own {split} data ({recipe['data']}, named in {recipe['metrics']}) "
+                f"cannot be read here ({e}); pass samples (--samples IMAGES, e.g. tests/data/cifar10_sample) "
+                "to check the export on real images.") from None
     images = np.random.default_rng(seed).integers(0, 256, (32,) + image_size + (3,), dtype=np.uint8)
-    log.info("no sample images: checking parity on random pixels (pass samples, --samples, for real images "
-             "and accuracy)")
+    log.warning("no sample images and no metrics.json beside the model: parity is checked on RANDOM PIXELS "
+                "only (pass samples, --samples IMAGES, for real images and accuracy)")
     return images, None, "32 images of random pixels (no samples given)"
 
 

@@ -31,7 +31,9 @@ def register_weights_loader(loader):
 
 def _load_weights(model, weights):
     if _weights_loader is None:
-        raise RuntimeError("weights= needs keras_vit.checkpoints, which registers the loader: import keras_vit.")
+        raise RuntimeError("weights= needs keras_vit.checkpoints, which registers the loader: "
+                           "import keras_vit.checkpoints (or use keras_vit.VisionTransformer / the constructors "
+                           "from the package, which bring it).")
     _weights_loader(model, weights)
 
 
@@ -357,6 +359,23 @@ class VisionTransformer(keras.Model):
 
         if weights is not None:
             _load_weights(self, weights)
+
+    def compile(self, optimizer="rmsprop", loss=None, *args, **kwargs):
+        """keras.Model.compile; a loss expecting probabilities on a logits head (the default,
+        classifier_activation=None) is compiled as from_logits=True, with a warning (see _losses)."""
+        if loss is not None and self.include_top:
+            from keras_vit._losses import match_loss_to_head
+
+            loss = match_loss_to_head(loss, outputs_logits=self.classifier_activation is None,
+                                      model_name=self.name)
+        return super().compile(optimizer, loss, *args, **kwargs)
+
+    def compile_from_config(self, config):
+        # Keras skips this for any model that overrides compile(); ours only adjusts the loss, so a
+        # saved compiled model loads compiled, as Trainer.compile_from_config would do it.
+        self.compile(**keras.saving.deserialize_keras_object(config))
+        if hasattr(self, "optimizer") and self.built:
+            self.optimizer.build(self.trainable_variables)
 
     @property
     def patch_encoder(self):

@@ -8,11 +8,13 @@ the optimizer inside the strategy's scope, fits with preemption-safe callbacks a
 
 import ast
 import copy
+import difflib
 import importlib.util
 import json
 import logging
 import math
 import os
+import shutil
 import time
 
 import keras
@@ -21,6 +23,7 @@ import tensorflow as tf
 
 from keras_vit._files import atomic_path
 from keras_vit._optional import require
+from keras_vit._recipes import RECIPES_DIR, find_recipe, shipped_recipes  # noqa: F401  (public here)
 
 log = logging.getLogger("keras_vit")
 
@@ -121,15 +124,21 @@ def resolve_config(recipe_config):
         else:
             unknown.append(key)
     if unknown:
-        raise ValueError(f"Unknown recipe key(s) {', '.join(unknown)}. Valid keys: {', '.join(_valid_keys())}.")
+        raise ValueError(f"Unknown recipe key(s) {', '.join(_with_suggestion(k) for k in unknown)}.")
     return config
 
 
+def _with_suggestion(key):
+    """'epoch' -> "'epoch' (did you mean 'epochs'?)"; the full list only when nothing is close."""
+    close = difflib.get_close_matches(key, _valid_keys(), n=1, cutoff=0.6)
+    if close:
+        return f"{key!r} (did you mean {close[0]!r}?)"
+    return f"{key!r} (valid keys: {', '.join(_valid_keys())})"
+
+
 def load_recipe(path):
-    """Runs a recipe file and returns its resolved config."""
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise ValueError(f"Recipe {path} does not exist.")
+    """Runs a recipe file (or a shipped recipe, by name) and returns its resolved config."""
+    path = find_recipe(path)
     spec = importlib.util.spec_from_file_location(f"keras_vit_recipe_{abs(hash(path))}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -144,8 +153,11 @@ def _parse_value(key, text, current):
     """Parses `text` as the type of the current value (bool, int, float, str, tuple, None)."""
     def literal():
         try:
-            return ast.literal_eval(text)
+            return _safe_literal(text)
         except (ValueError, SyntaxError):
+            if any(c in text for c in "([{"):  # meant as a Python value, but not a literal one
+                raise ValueError(f"--set {key}={text}: not a literal value (numbers, strings, tuples, lists, "
+                                 "{...} or dict(key=value, ...) of them, None).") from None
             return text
 
     if isinstance(current, bool):
@@ -174,6 +186,16 @@ def _parse_value(key, text, current):
     return None if value == "None" else value
 
 
+def _safe_literal(text):
+    """ast.literal_eval that also reads `dict(a=1, b=(2, 3))`, the README's syntax; never eval."""
+    tree = ast.parse(text.strip(), mode="eval").body
+    if isinstance(tree, ast.Call) and isinstance(tree.func, ast.Name) and tree.func.id == "dict":
+        if tree.args or any(k.arg is None for k in tree.keywords):
+            raise ValueError(f"dict(...) takes key=value pairs only, got {text!r}.")
+        return {k.arg: ast.literal_eval(k.value) for k in tree.keywords}
+    return ast.literal_eval(tree)
+
+
 def apply_overrides(config, overrides):
     """Applies ["key=value", "model.hidden_size=256", ...]; unknown keys list the valid ones."""
     config = copy.deepcopy(config)
@@ -183,7 +205,7 @@ def apply_overrides(config, overrides):
         key, text = item.split("=", 1)
         key = key.strip()
         if key not in _valid_keys():
-            raise ValueError(f"Unknown recipe key {key!r} in --set {item}. Valid keys: {', '.join(_valid_keys())}.")
+            raise ValueError(f"Unknown recipe key {_with_suggestion(key)} in --set {item}.")
         if key.startswith("model."):
             name = key.split(".", 1)[1]
             config["model"][name] = _parse_value(key, text, config["model"].get(name))
@@ -405,16 +427,21 @@ class BestModelCheckpoint(keras.callbacks.Callback):
 
 
 class EpochCounter(keras.callbacks.Callback):
-    """Remembers the last finished epoch (BackupAndRestore may start fit past epoch 0)."""
+    """Remembers the last finished epoch (BackupAndRestore may start fit past epoch 0) and says
+    when a run resumes."""
 
-    def __init__(self):
+    def __init__(self, backup_dir=None):
         super().__init__()
+        self.backup_dir = backup_dir
         self.first_epoch = None
         self.epochs_completed = 0
 
     def on_epoch_begin(self, epoch, logs=None):
         if self.first_epoch is None:
             self.first_epoch = epoch
+            self.epochs_completed = epoch
+            if epoch:
+                print(f"keras-vit train: resuming from epoch {epoch + 1} (backup in {self.backup_dir})", flush=True)
 
     def on_epoch_end(self, epoch, logs=None):
         self.epochs_completed = epoch + 1
@@ -533,25 +560,65 @@ def build_model(config, class_names):
     return model
 
 
-def train(config, model_dir, backup_dir=None, verbose="auto"):
-    """Runs one experiment; returns the metrics written to `model_dir/metrics.json`."""
+def train(config, model_dir, backup_dir=None, verbose="auto", overwrite=False):
+    """Runs one experiment; returns the metrics written to `model_dir/metrics.json`.
+
+    A model dir that holds a finished run (its metrics.json) is refused unless `overwrite`; one
+    with a backup of an unfinished run resumes from its last finished epoch (a line says so).
+    Ctrl-C raises a KeyboardInterrupt whose message says from which epoch a rerun resumes.
+    """
     config = copy.deepcopy(config)
     for key in ("epochs", "batch_size"):
         if not isinstance(config[key], int) or config[key] < 1:
             raise ValueError(f"{key} must be a positive integer, got {config[key]!r}.")
-    strategy = get_strategy(config["strategy"], config["cpu_replicas"])
-    kind, index, is_chief = _task()
-    replicas = strategy.num_replicas_in_sync
-    policy, why = resolve_precision(config["precision"])
-    print(f"keras-vit train: {strategy_name(strategy)} with {replicas} replica(s)"
-          f"{'' if is_chief else f' (worker {index})'}; precision {policy} "
-          f"({'auto: ' if config['precision'] == 'auto' else ''}{why})", flush=True)
-    keras.utils.set_random_seed(config["seed"])
-    keras.mixed_precision.set_global_policy(policy)
+    policy, why = resolve_precision(config["precision"])  # an unknown name fails before anything starts
+    _check_model_dir(model_dir, backup_dir, overwrite)
+    created = not os.path.exists(model_dir)
     try:
-        return _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, (policy, why))
-    finally:
-        keras.mixed_precision.set_global_policy("float32")
+        strategy = get_strategy(config["strategy"], config["cpu_replicas"])
+        kind, index, is_chief = _task()
+        replicas = strategy.num_replicas_in_sync
+        print(f"keras-vit train: {strategy_name(strategy)} with {replicas} replica(s)"
+              f"{'' if is_chief else f' (worker {index})'}; precision {policy} "
+              f"({'auto: ' if config['precision'] == 'auto' else ''}{why})", flush=True)
+        keras.utils.set_random_seed(config["seed"])
+        keras.mixed_precision.set_global_policy(policy)
+        try:
+            return _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, (policy, why))
+        finally:
+            keras.mixed_precision.set_global_policy("float32")
+    except BaseException:
+        if created:
+            _remove_if_empty(model_dir)
+        raise
+
+
+_RUN_FILES = ("model.keras", "best.keras", "metrics.json", "history.csv")
+
+
+def _check_model_dir(model_dir, backup_dir, overwrite):
+    finished = os.path.join(model_dir, "metrics.json")
+    backup = backup_dir or os.path.join(model_dir, "backup")
+    # BackupAndRestore deletes its backup when a run ends, so a metrics.json without one is a finished run.
+    if not os.path.exists(finished) or (os.path.isdir(backup) and os.listdir(backup)):
+        return
+    if not overwrite:
+        raise FileExistsError(f"{model_dir} holds a finished run ({finished}); pass --overwrite (overwrite=True) "
+                              "to train into it again, or choose another --model-dir.")
+    log.info("overwriting the finished run in %s", model_dir)
+    for name in _RUN_FILES:
+        if os.path.exists(os.path.join(model_dir, name)):
+            os.remove(os.path.join(model_dir, name))
+    if os.path.isdir(os.path.join(model_dir, "logs")):
+        shutil.rmtree(os.path.join(model_dir, "logs"))
+
+
+def _remove_if_empty(folder):
+    """Removes a folder this run created when no file was written into it (a failed start)."""
+    for _, _, files in os.walk(folder):
+        if files:
+            return
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, precision):
@@ -588,12 +655,12 @@ def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, pr
             jit_compile=config["jit_compile"],
         )
     apply_multi_worker_fix(model, strategy)
-    counter = EpochCounter()
-    callbacks = [counter, keras.callbacks.TerminateOnNaN()]
     backup_dir = backup_dir or os.path.join(model_dir, "backup")
     # One folder per worker: workers sharing one crash on the HDF5 file lock.
-    callbacks.append(keras.callbacks.BackupAndRestore(os.path.join(backup_dir, f"worker_{index}"),
-                                                      double_checkpoint=True))
+    worker_backup = os.path.join(backup_dir, f"worker_{index}")
+    counter = EpochCounter(worker_backup)
+    callbacks = [counter, keras.callbacks.TerminateOnNaN(),
+                 keras.callbacks.BackupAndRestore(worker_backup, double_checkpoint=True)]
     monitor = "val_accuracy" if val_ds is not None else "accuracy"
     callbacks.append(BestModelCheckpoint(os.path.join(out_dir, "best.keras"), monitor, enabled=is_chief))
     callbacks.append(keras.callbacks.CSVLogger(os.path.join(out_dir, "history.csv"), append=True))
@@ -601,8 +668,13 @@ def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, pr
     callbacks.append(keras.callbacks.TensorBoard(os.path.join(out_dir, "logs"), write_graph=False))
 
     start, cpu_start = time.time(), time.process_time()
-    history = model.fit(train_ds, epochs=config["epochs"], steps_per_epoch=steps, validation_data=val_ds,
-                        callbacks=callbacks, verbose=verbose, shuffle=False)
+    try:
+        history = model.fit(train_ds, epochs=config["epochs"], steps_per_epoch=steps, validation_data=val_ds,
+                            callbacks=callbacks, verbose=verbose, shuffle=False)
+    except KeyboardInterrupt:
+        print(flush=True)  # end Keras' progress bar line
+        raise KeyboardInterrupt(f"interrupted; run the same command again to resume from epoch "
+                                f"{counter.epochs_completed + 1}") from None
     train_seconds, cpu_seconds = time.time() - start, time.process_time() - cpu_start
     test_loss, test_accuracy = model.evaluate(test_ds, verbose=0)
     stopped = counter.epochs_completed < config["epochs"]

@@ -345,7 +345,7 @@ def position_embedding_similarity(model):
     return (unit @ unit.T).reshape(gh, gw, gh, gw)
 
 
-def embedding_filter_components(model, num_components=28):
+def embedding_filter_components(model, num_components=12):
     """The top principal components of the model's first RGB filters, as RGB patches.
 
     For a ViT these are the patch-embedding filters (ph, pw, 3, D). A hybrid's patch
@@ -359,7 +359,7 @@ def embedding_filter_components(model, num_components=28):
 
     Example:
     >>> pcs = embedding_filter_components(model)
-    >>> pcs["components"].shape   # (28, 16, 16, 3) for a /16 model
+    >>> pcs["components"].shape   # (12, 16, 16, 3) for a /16 model
     """
     import keras
 
@@ -560,7 +560,7 @@ def _plot_position_similarity(similarity, rho):
 def _plot_embedding_filters(result):
     components, ratio = result["components"], result["explained_variance_ratio"]
     k = len(components)
-    cols = min(k, 7)
+    cols = min(k, 6)
     rows = math.ceil(k / cols)
     fig = _figure(1.2 * cols + 0.3, 1.3 * rows + 1.0)
     axes = fig.subplots(rows, cols, squeeze=False)
@@ -583,9 +583,13 @@ def _plot_attention_distance(distances, uniform, image_size, patch_size, num_ima
     ax = fig.subplots()
     colors = [f"C{h % 10}" for h in range(heads)]
     markers = "os^Dv<>ph*"
+    # Heads of a layer often lie within a pixel of each other: each head gets its own offset
+    # within the layer's column and its own marker, drawn hollow, so none hides another.
+    step = min(0.6 / max(heads - 1, 1), 0.12)
     for h in range(heads):
-        ax.scatter(np.arange(1, layers + 1), distances[:, h], s=22, color=colors[h],
-                   marker=markers[(h // 10) % len(markers)], label=f"head {h + 1}", alpha=0.85)
+        x = np.arange(1, layers + 1) + (h - (heads - 1) / 2) * step
+        ax.scatter(x, distances[:, h], s=26, facecolors="none", edgecolors=colors[h], linewidths=1.2,
+                   marker=markers[h % len(markers)], label=f"head {h + 1}")
     ax.axhline(uniform, color="0.4", linestyle="--", linewidth=1, label="uniform attention")
     ax.set_xlim(0.5, layers + 0.5)
     ax.set_ylim(0, max(uniform, float(distances.max())) * 1.12)
@@ -601,7 +605,7 @@ def _plot_attention_distance(distances, uniform, image_size, patch_size, num_ima
     return fig
 
 
-def save_figures(model, out_dir, images=None, names=None, *, batch_size=16, num_components=28):
+def save_figures(model, out_dir, images=None, names=None, *, batch_size=16, num_components=12):
     """Writes the four figures and the numbers behind them into `out_dir`.
 
     `<figure>.png`, `<figure>.npz` (the arrays) and `<figure>.json` (a summary) for
@@ -704,7 +708,7 @@ def save_figures(model, out_dir, images=None, names=None, *, batch_size=16, num_
     return {**written, "summary": summary}
 
 
-def visualize_files(model_path, out_dir, image_paths=None, *, batch_size=16, num_components=28):
+def visualize_files(model_path, out_dir, image_paths=None, *, batch_size=16, num_components=12):
     """`keras-vit visualize`: a `.keras` model file and image files -> the figures in `out_dir`.
 
     Images are resized to the model's input size and scaled to [-1, 1]; they are named

@@ -16,7 +16,7 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 
-def curve(history_csv, out_png, title):
+def curve(history_csv, out_png, title, test_accuracy=None):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -32,11 +32,21 @@ def curve(history_csv, out_png, title):
     for key, label in (("loss", "train (augmented)"), ("val_loss", "validation")):
         if key in rows[0]:
             ax2.plot(epochs, [float(r[key]) for r in rows], label=label)
+    # The epoch best.keras was taken at, and where the final model's test accuracy lands.
+    monitor = "val_accuracy" if "val_accuracy" in rows[0] else "accuracy"
+    best = max(range(len(rows)), key=lambda i: float(rows[i][monitor]))
+    ax1.plot(epochs[best], float(rows[best][monitor]), "k*", markersize=11,
+             label=f"best {monitor.replace('_', ' ')} {float(rows[best][monitor]):.2%} (epoch {epochs[best]})")
+    for ax in (ax1, ax2):
+        ax.axvline(epochs[best], color="0.5", linestyle=":", linewidth=1)
+    if test_accuracy is not None:
+        ax1.axhline(test_accuracy, color="C3", linestyle="--", linewidth=1,
+                    label=f"test {test_accuracy:.2%} (final model)")
     ax1.set(xlabel="epoch", ylabel="accuracy", title="accuracy")
     ax2.set(xlabel="epoch", ylabel="cross-entropy (label-smoothed)", title="loss")
     for ax in (ax1, ax2):
         ax.grid(alpha=0.3)
-        ax.legend()
+        ax.legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(out_png, dpi=80)
@@ -100,7 +110,8 @@ def main(argv=None):
     shutil.copy(os.path.join(args.run_dir, "history.csv"), args.out_dir)
     with open(os.path.join(args.out_dir, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=2)
-    curve(os.path.join(args.run_dir, "history.csv"), os.path.join(args.out_dir, "curve.png"), args.title)
+    curve(os.path.join(args.run_dir, "history.csv"), os.path.join(args.out_dir, "curve.png"), args.title,
+          metrics.get("test_accuracy"))
     size = os.path.getsize(os.path.join(args.out_dir, "model.keras"))
     resumed = metrics.get("resumed_at_epoch") or 0
     # A resumed run's clock starts again: say which epochs the time covers.

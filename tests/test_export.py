@@ -67,14 +67,17 @@ def digits_model(digits, tmp_path_factory):
 
 @pytest.fixture
 def keras_vit_log():
-    """The keras_vit logger's messages (it does not propagate to pytest's caplog)."""
+    """The keras_vit logger's messages, INFO and up (the package leaves the level to the application)."""
     messages = []
     handler = logging.Handler()
     handler.emit = lambda record: messages.append(record.getMessage())
     logger = logging.getLogger("keras_vit")
+    level = logger.level
     logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
     yield messages
     logger.removeHandler(handler)
+    logger.setLevel(level)
 
 
 _LOGITS_MODELS = {}
@@ -352,13 +355,17 @@ def test_int8_calibrates_and_checks_on_the_models_own_data(digits_model, tmp_pat
     assert report["keras_accuracy"] > 0.8
     assert any("the model's training data" in m and "metrics.json" in m for m in keras_vit_log)
 
-    # Data that cannot be read here: parity falls back to random pixels, int8 names what is missing.
+    # Data that cannot be read here: export refuses (random pixels would hide a wrong export) and says
+    # what to pass; int8 names what is missing; given samples, it exports.
     config["data"] = str(tmp_path / "gone" / "cifar10-jpeg.tgz")
     (model_dir / "metrics.json").write_text(json.dumps({"config": config}))
-    metadata = export_model(model_dir / "model.keras", tmp_path / "fallback.tflite")
-    assert metadata["parity"]["sample_source"].startswith("32 images of random pixels")
+    with pytest.raises(FileNotFoundError, match=r"samples: the model's own test data .*gone/cifar10-jpeg\.tgz.*"
+                                                 r"cannot be read here.*--samples"):
+        export_model(model_dir / "model.keras", tmp_path / "fallback.tflite")
+    metadata = export_model(model_dir / "model.keras", tmp_path / "fallback.tflite", samples="digits")
+    assert metadata["parity"]["sample_source"].startswith("sklearn digits [test]")
     with pytest.raises(FileNotFoundError, match=r"representative images: .*gone/cifar10-jpeg\.tgz does not exist"):
-        export_model(model_dir / "model.keras", tmp_path / "int8.tflite", quantize="int8")
+        export_model(model_dir / "model.keras", tmp_path / "int8.tflite", quantize="int8", samples="digits")
     assert sorted(os.listdir(tmp_path)) == ["fallback.tflite", "fallback.tflite.json", "own.tflite",
                                             "own.tflite.json", "vit_digits"]
 
