@@ -68,6 +68,8 @@ def _export(args):
         max_samples=args.max_samples,
         calibration_images=args.calibration_images,
         overwrite=args.overwrite,
+        image_sizes=args.image_size,
+        resize=not args.no_resize,
     )
 
 
@@ -159,6 +161,20 @@ def _add_visualize(commands):
     p.set_defaults(func=_visualize)
 
 
+def _image_size(text):
+    """'224' -> (224, 224); '384x256' -> (384, 256)."""
+    parts = text.lower().split("x")
+    try:
+        size = tuple(int(p) for p in parts)
+    except ValueError:
+        size = ()
+    if len(size) == 1:
+        size = size * 2
+    if len(size) != 2 or min(size) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an image size such as 224 or 384x256")
+    return size
+
+
 def _add_export(commands):
     p = commands.add_parser(
         "export",
@@ -189,6 +205,13 @@ def _add_export(commands):
     p.add_argument("--max-samples", type=int, default=1000, metavar="N",
                    help="check parity on at most N samples, a random subset (default 1000)")
     p.add_argument("--attention", action="store_true", help="also output every block's attention maps")
+    p.add_argument("--image-size", action="append", type=_image_size, metavar="SIZE",
+                   help="a size the export serves, 224 or 384x256, repeatable: TFLite, one signature each "
+                   "(serving_default the first, serving_HxW the others); with --no-resize, the sizes the "
+                   "SavedModel is checked at")
+    p.add_argument("--no-resize", action="store_true",
+                   help="SavedModel: no resize in the graph; each batch runs at its own size (multiples of the "
+                   "patch size), position embeddings resampled in the graph")
     p.add_argument("--out", required=True, help="SavedModel folder or .tflite file to write")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     p.set_defaults(func=_export)

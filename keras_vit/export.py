@@ -28,7 +28,8 @@ import warnings
 import numpy as np
 
 from keras_vit._files import atomic_path
-from keras_vit.applications import preprocess_input
+from keras_vit._common import to_pair
+from keras_vit.applications import preprocess_input, resize_images
 from keras_vit.checkpoints import load_keras_model
 from keras_vit.data import load_image_set  # noqa: F401 (public here too)
 from keras_vit.serving import (  # noqa: F401 (public here too)
@@ -37,12 +38,14 @@ from keras_vit.serving import (  # noqa: F401 (public here too)
     Classifier,
     ServingGraph,
     check_exportable,
+    dynamic_twin,
     float32_copy,
     litert_interpreter,
     load_classifier,
     metadata_path,
     model_format,
     saved_model_classifier,
+    signature_name,
     tflite_classifier,
 )
 
@@ -99,13 +102,14 @@ def _quiet_converter():
         yield
 
 
-def _convert_tflite(graph, path, quantize, calibration, name):
+def _convert_tflite(graph, path, quantize, calibration, name, sizes):
     import tensorflow as tf
 
     with tempfile.TemporaryDirectory(prefix="keras_vit_export_") as tmp:
         saved = os.path.join(tmp, "saved_model")
-        graph.write_saved_model(saved, resize=False)
-        converter = tf.lite.TFLiteConverter.from_saved_model(saved, signature_keys=["serving_default"])
+        graph.write_saved_model(saved, resize=False, sizes=sizes)
+        keys = [signature_name(i, size) for i, size in enumerate(sizes)]
+        converter = tf.lite.TFLiteConverter.from_saved_model(saved, signature_keys=keys)
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
         if quantize:
             converter.optimizations = [tf.lite.Optimize.DEFAULT]
@@ -118,7 +122,11 @@ def _convert_tflite(graph, path, quantize, calibration, name):
 
             def representative():
                 for image in calibration:
-                    yield {INPUT_NAME: image[None]}
+                    if len(sizes) == 1:
+                        yield {INPUT_NAME: image[None]}
+                    else:  # every signature calibrated, each on the image at its own size
+                        for key, size in zip(keys, sizes):
+                            yield key, {INPUT_NAME: resize_images(image[None], size)}
 
             converter.representative_dataset = representative
         try:
@@ -153,11 +161,11 @@ def _scaling_text(model):
 
 
 def _reference(graph, images, batch_size=64):
-    """The Keras model's outputs on uint8 images at its size: the parity reference."""
+    """The Keras model's outputs on uint8 images (at a size it takes): the parity reference."""
     import tensorflow as tf
 
     run = tf.function(lambda x: graph(preprocess_input(x, model=graph.model)),
-                      input_signature=[graph.input_spec(resize=False)])
+                      input_signature=[graph.input_spec(resize=False, size=images.shape[1:3])])
     outputs = [run(tf.constant(images[i:i + batch_size])) for i in range(0, len(images), batch_size)]
     return {k: np.concatenate([o[k].numpy() for o in outputs]) for k in outputs[0]}
 
@@ -220,7 +228,8 @@ def _load_model(model):
 
 # Over 80 lines with its docstring (the CLI's --help and the README point here); the code is ~45.
 def export_model(model, path, format=None, *, quantize=None, attention=False, representative_images=None,
-                 samples=None, max_samples=1000, calibration_images=200, overwrite=False, seed=0):
+                 samples=None, max_samples=1000, calibration_images=200, overwrite=False, seed=0,
+                 image_sizes=None, resize=True):
     """Exports a keras-vit model as a SavedModel or a TFLite file, checked against Keras.
 
     The `serving_default` signature takes uint8 RGB images (N, H, W, 3) and returns
@@ -258,6 +267,14 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
         max_samples: at most this many samples (a random subset of a larger folder).
         calibration_images: at most this many representative images.
         overwrite: replace an existing export (and its JSON).
+        image_sizes: the sizes the export serves, ints or (h, w). TFLite: one signature per
+            size, `serving_default` the first, `serving_HxW` the others (default: the
+            model's size). A SavedModel with `resize=False`: the sizes its parity is checked
+            at (default: the model's and one 2 patches larger). A model built for one size
+            serves others from a copy that resamples its position embeddings in the graph
+            (`dynamic_image_size=True`).
+        resize: SavedModel only: False serves each batch at its own size (multiples of the
+            patch size; no resize in the graph), as a model of any size does in Keras.
 
     Returns:
         The metadata dict written to `PATH.json`, with the parity report under "parity".
@@ -270,13 +287,17 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
     path = os.path.abspath(os.fspath(path)).rstrip(os.sep)
     format = _format_of(path, format)
     recipe = _recipe_data(model)
-    meta_path = _check_request(path, format, quantize, representative_images, recipe, overwrite)
+    meta_path = _check_request(path, format, quantize, representative_images, recipe, overwrite, image_sizes, resize)
 
     model, source = _load_model(model)
-    check_exportable(model)
+    native = check_exportable(model)
+    sizes = _export_sizes(model, native, format, image_sizes, resize)
     kind = format + (f" ({quantize})" if quantize else "")
-    log.info("exporting %s to %s: %s", model.name, path, kind)
+    log.info("exporting %s to %s: %s%s", model.name, path, kind,
+             "" if sizes == [native] else ", sizes " + ", ".join(f"{h}x{w}" for h, w in sizes))
     model = float32_copy(model)
+    if sizes != [native] or not resize:
+        model = dynamic_twin(model)
     graph = ServingGraph(model, attention=attention)
     sample_split, calibration_split = "test", "train"
     if recipe is not None:
@@ -294,11 +315,19 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
             max_images=calibration_images, seed=seed + 1, what="representative images")
 
     with atomic_path(path, overwrite=overwrite, suffix=".tflite" if format == "tflite" else "") as tmp:
-        exported = _write_export(graph, tmp, path, format, quantize, calibration, calibration_source, model.name)
-        log.info("checking parity against Keras on %d images from %s", len(sample_images), sample_source)
-        report = _check_parity(graph, exported, sample_images, labels, kind, quantize, format, model.name, path)
-        report["sample_source"] = sample_source
-        metadata = _metadata(model, source, format, quantize, graph, report)
+        exported = _write_export(graph, tmp, path, format, quantize, calibration, calibration_source, model.name,
+                                 sizes, resize)
+        reports = {}
+        for i, size in enumerate(sizes):
+            images = sample_images if size == graph.image_size else resize_images(sample_images, size)
+            run = exported[i] if format == "tflite" else exported[0]
+            log.info("checking parity against Keras on %d images from %s%s", len(images), sample_source,
+                     "" if len(sizes) == 1 else f" at {size[0]}x{size[1]}")
+            reports[size] = _check_parity(graph, run, images, labels, kind, quantize, format, model.name, path)
+        report = dict(reports[sizes[0]], sample_source=sample_source)
+        metadata = _metadata(model, source, format, quantize, graph, report, sizes, resize)
+        if len(sizes) > 1:
+            metadata["parity_by_size"] = {f"{h}x{w}": r for (h, w), r in reports.items()}
         if calibration is not None:
             metadata["calibration"] = {"images": int(len(calibration)), "source": calibration_source}
         text = json.dumps(metadata, indent=2) + "\n"
@@ -314,8 +343,14 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
     return metadata
 
 
-def _check_request(path, format, quantize, representative_images, recipe, overwrite):
+def _check_request(path, format, quantize, representative_images, recipe, overwrite, image_sizes, resize):
     """Refuses a bad request before any work; returns the metadata path."""
+    if not resize and format != "saved_model":
+        raise ValueError("resize=False (--no-resize) applies to SavedModels; a TFLite export takes the sizes it "
+                         "serves as given (image_sizes, --image-size).")
+    if image_sizes and format == "saved_model" and resize:
+        raise ValueError("image_sizes (--image-size) for a SavedModel needs resize=False (--no-resize): with "
+                         "resizing, it takes any size and resizes it to the model's.")
     if quantize is not None and quantize not in QUANTIZATIONS:
         raise ValueError(f"Unknown quantization {quantize!r}; use one of {QUANTIZATIONS}.")
     if quantize and format != "tflite":
@@ -357,24 +392,48 @@ def _sample_images(model, image_size, samples, recipe, split, max_samples, seed)
     return images, None, "32 images of random pixels (no samples given)"
 
 
-def _write_export(graph, tmp, path, format, quantize, calibration, calibration_source, name):
-    """Writes the SavedModel or the .tflite file to `tmp`; the export, loaded as a Classifier."""
+def _export_sizes(model, native, format, image_sizes, resize):
+    """The sizes an export serves (and is checked at): [(h, w), ...], the first the default."""
+    if not image_sizes:
+        if format == "saved_model" and not resize:
+            grid = model.patch_encoder.grid_size
+            step = (native[0] // grid[0], native[1] // grid[1])  # the effective patch size
+            return [native, (native[0] + 2 * step[0], native[1] + 2 * step[1])]
+        return [native]
+    sizes = []
+    for size in image_sizes:
+        size = to_pair(size, "image size")
+        if size not in sizes:
+            sizes.append(size)
+    grid = model.patch_encoder.grid_size
+    step = (native[0] // grid[0], native[1] // grid[1])
+    bad = [f"{h}x{w}" for h, w in sizes if h % step[0] or w % step[1]]
+    if bad:
+        raise ValueError(f"image size(s) {', '.join(bad)} are not multiples of {model.name!r}'s patch size "
+                         f"{step[0]}x{step[1]}.")
+    return sizes
+
+
+def _write_export(graph, tmp, path, format, quantize, calibration, calibration_source, name, sizes, resize):
+    """Writes the SavedModel or the .tflite file to `tmp`; the export, loaded as a Classifier per signature."""
     if format == "saved_model":
-        graph.write_saved_model(tmp, resize=True)
-        log.info("wrote the SavedModel: serving_default takes uint8 images of any size -> %s",
-                 ", ".join(graph.output_names))
-        return saved_model_classifier(tmp, {})
+        graph.write_saved_model(tmp, resize=resize)
+        log.info("wrote the SavedModel: serving_default takes uint8 images of any size%s -> %s",
+                 "" if resize else " (multiples of the patch size, no resize)", ", ".join(graph.output_names))
+        return [saved_model_classifier(tmp, {})]
     if calibration is not None:
         log.info("converting to TFLite (builtin ops, int8), calibrating on %d images from %s",
                  len(calibration), calibration_source)
     else:
         log.info("converting to TFLite (builtin ops%s)", f", {quantize}" if quantize else "")
-    content = _convert_tflite(graph, path, quantize, calibration, name)
+    content = _convert_tflite(graph, path, quantize, calibration, name, sizes)
     with open(tmp, "wb") as f:
         f.write(content)
-    log.info("converted: %s; serving_default takes uint8 (N, %d, %d, 3) -> %s",
-             _size_text(len(content)), *graph.image_size, ", ".join(graph.output_names))
-    return tflite_classifier(tmp, {}, content=content)
+    log.info("converted: %s; %s -> %s", _size_text(len(content)), ", ".join(
+        f"{signature_name(i, size)} takes uint8 (N, {size[0]}, {size[1]}, 3)" for i, size in enumerate(sizes)),
+        ", ".join(graph.output_names))
+    return [tflite_classifier(tmp, {}, content=content, signature=signature_name(i, size))
+            for i, size in enumerate(sizes)]
 
 
 def _check_parity(graph, exported, images, labels, kind, quantize, format, name, path):
@@ -402,11 +461,12 @@ def _check_parity(graph, exported, images, labels, kind, quantize, format, name,
     return report
 
 
-def _metadata(model, source, format, quantize, graph, report):
+def _metadata(model, source, format, quantize, graph, report, sizes, resize):
     """What goes beside an export as JSON: its input, preprocessing, outputs, classes and parity."""
     from keras_vit import __version__
 
-    image_size = graph.image_size
+    image_size = sizes[0] if format == "tflite" else graph.image_size
+    resizes = format == "saved_model" and resize
     return {
         "keras_vit": __version__,
         "format": format,
@@ -415,8 +475,11 @@ def _metadata(model, source, format, quantize, graph, report):
         "image_size": list(image_size),
         "input": {"name": INPUT_NAME, "dtype": "uint8",
                   "shape": [None, None, None, 3] if format == "saved_model" else [None, *image_size, 3]},
+        "signatures": ({signature_name(i, size): [None, *size, 3] for i, size in enumerate(sizes)}
+                       if format == "tflite" else {"serving_default": [None, None, None, 3]}),
+        "resize": resizes,
         "preprocessing": (("bilinear resize to %dx%d (antialiased when shrinking), " % image_size
-                           if format == "saved_model" else "") + _scaling_text(model)),
+                           if resizes else "") + _scaling_text(model)),
         "outputs": graph.output_names,
         "classes": int(model.classes),
         "class_names": getattr(model, "class_names", None),

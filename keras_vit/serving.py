@@ -74,9 +74,29 @@ def check_exportable(model):
             f"{model.name!r} takes {shape[-1]}-channel images; exports serve uint8 RGB images (3 channels), "
             "so only 3-channel models can be exported."
         )
-    if len(shape) != 4 or None in shape[1:] or shape[-1] != 3:
+    if len(shape) != 4 or shape[-1] != 3 or (None in shape[1:3] and not model.dynamic_image_size):
         raise ValueError(f"{model.name!r} takes inputs of shape {shape}; expected (batch, height, width, 3).")
-    return shape[1], shape[2]
+    # the input's own size (a model built on an input_tensor may resize inside), else the stored grid's
+    return tuple(model.image_size) if None in shape[1:3] else (shape[1], shape[2])
+
+
+def dynamic_twin(model):
+    """The model itself when it takes any size, else a copy with `dynamic_image_size=True` and its weights.
+
+    Exports that serve several sizes run it: position embeddings resampled in the graph.
+    """
+    if model.dynamic_image_size:
+        return model
+    log.info("%s is built for %dx%d: serving other sizes from a copy that resamples its position embeddings "
+             "in the graph", model.name, *model.image_size)
+    twin = type(model).from_config({**model.get_config(), "dynamic_image_size": True})
+    twin.set_weights(model.get_weights())
+    return twin
+
+
+def signature_name(index, size):
+    """serving_default for the first size of an export, serving_HxW for the others."""
+    return "serving_default" if index == 0 else f"serving_{size[0]}x{size[1]}"
 
 
 class ServingGraph:
@@ -134,19 +154,26 @@ class ServingGraph:
 
         return serve
 
-    def input_spec(self, resize):
+    def input_spec(self, resize, size=None):
+        """uint8 (N, H, W, 3): any H, W with `resize` (or without it, for a model of any size and no
+        `size`), else `size` or the model's own."""
         import tensorflow as tf
 
-        shape = (None, None, None, 3) if resize else (None,) + tuple(self.image_size) + (3,)
+        if resize or (size is None and self.model.dynamic_image_size):
+            shape = (None, None, None, 3)
+        else:
+            shape = (None,) + tuple(size or self.image_size) + (3,)
         return tf.TensorSpec(shape, tf.uint8, name=INPUT_NAME)
 
-    def write_saved_model(self, path, resize):
+    def write_saved_model(self, path, resize, sizes=None):
+        """One signature, or with `sizes` one per size (`signature_name`: serving_default first)."""
         import keras
 
         archive = keras.export.ExportArchive()
         archive.track(self.model)
-        archive.add_endpoint("serving_default", self.serving_function(resize),
-                             input_signature=[self.input_spec(resize)])
+        for i, size in enumerate(sizes or [None]):
+            archive.add_endpoint(signature_name(i, size) if size else "serving_default",
+                                 self.serving_function(resize), input_signature=[self.input_spec(resize, size)])
         archive.write_out(path, verbose=False)
 
 
@@ -251,8 +278,10 @@ def saved_model_classifier(path, metadata):
         return {k: v.numpy() for k, v in outputs.items()}
 
     run.loaded = loaded  # the signature does not keep its SavedModel (and variables) alive
+    # an export without a resize takes multiples of the patch size only: other images are resized here
+    fixed_size = metadata.get("resize") is False and metadata.get("image_size") is not None
     return Classifier(path, "saved_model", run, metadata.get("image_size"), metadata.get("class_names"),
-                      fixed_size=False, metadata=metadata)
+                      fixed_size=fixed_size, metadata=metadata)
 
 
 def litert_interpreter():
@@ -266,11 +295,11 @@ def litert_interpreter():
     return Interpreter
 
 
-def tflite_classifier(path, metadata, content=None):
+def tflite_classifier(path, metadata, content=None, signature="serving_default"):
     Interpreter = litert_interpreter()
     try:
         interpreter = Interpreter(model_path=None if content is not None else path, model_content=content)
-        runner = interpreter.get_signature_runner("serving_default")
+        runner = interpreter.get_signature_runner(signature)
     except Exception as e:
         raise ValueError(f"{path} cannot be loaded as a TFLite model: {e}") from None
     inputs = runner.get_input_details()

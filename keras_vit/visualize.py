@@ -215,7 +215,12 @@ def _check_images(model, images):
     if images.ndim == 3:
         images = images[None]
     expected = tuple(model.image_size) + (3,)
-    if images.ndim != 4 or images.shape[1:] != expected or not len(images):
+    if model.dynamic_image_size and images.ndim == 4 and images.shape[-1] == 3 and len(images):
+        ph, pw = patch_pixels(model)
+        if images.shape[1] % ph or images.shape[2] % pw:
+            raise ValueError(f"images of {images.shape[1]}x{images.shape[2]} are not multiples of the patch size "
+                             f"{ph:g}x{pw:g}; keras_vit.visualize.load_images reads and resizes image files.")
+    elif images.ndim != 4 or images.shape[1:] != expected or not len(images):
         raise ValueError(
             f"images must be (B, {expected[0]}, {expected[1]}, 3) at the model's size, got shape {images.shape}; "
             "keras_vit.visualize.load_images reads and resizes image files."
@@ -231,6 +236,12 @@ def patch_pixels(model):
     """A patch's (height, width) in input pixels: image size / grid size (also for hybrids)."""
     gh, gw = model.patch_encoder.grid_size
     return model.image_size[0] / gh, model.image_size[1] / gw
+
+
+def image_grid(model, images):
+    """The patch grid (gh, gw) of images (B, H, W, 3): the model's, or for a model of any size, their own."""
+    ph, pw = patch_pixels(model)
+    return int(round(images.shape[1] / ph)), int(round(images.shape[2] / pw))
 
 
 def _read_out(model):
@@ -282,7 +293,8 @@ def attention_probabilities(model, images, batch_size=16):
 def _reduce_attention(model, images, batch_size):
     """One pass over `images`: rollout maps (B, gh, gw) and mean attention distances (L, heads)."""
     _check_model(model)
-    grid, pixels, prefix, source = (model.patch_encoder.grid_size, patch_pixels(model), model.num_prefix_tokens,
+    images = _check_images(model, images)
+    grid, pixels, prefix, source = (image_grid(model, images), patch_pixels(model), model.num_prefix_tokens,
                                     _read_out(model))
     maps, total, count = [], 0.0, 0
     for layers in _iter_attention(model, images, batch_size):
@@ -300,7 +312,9 @@ def attention_rollout(model, images, batch_size=16):
     """Attention rollout maps (B, gh, gw) of `images`, each summing to 1 over the patches.
 
     From the class token for models that read it out, from the mean over the pooled
-    tokens for gap models. `images` are (B, H, W, 3) at the model's size, in [-1, 1].
+    tokens for gap models. `images` are (B, H, W, 3) at the model's size, in [-1, 1]; a model
+    of any size (`dynamic_image_size=True`) takes other multiples of the patch size, and the
+    maps are on the images' own grid.
 
     Example:
     >>> maps = attention_rollout(model, keras_vit.preprocess_input(images))
@@ -668,17 +682,18 @@ def save_figures(model, out_dir, images=None, names=None, *, batch_size=16, num_
     log.info("attention of %d image(s): rollout and mean attention distance", len(images))
     source = _read_out(model)
     maps, distances = _reduce_attention(model, images, batch_size)
-    upsampled = _upsample(maps, model.image_size)
+    image_size = tuple(images.shape[1:3])
+    upsampled = _upsample(maps, image_size)
     from keras_vit.applications import to_pixels
 
     pixels = to_pixels(images)
     predictions = _predictions(model, images, batch_size)
     p = paths("attention_rollout")
     _write_npz(p["npz"], maps=maps, upsampled=upsampled, images=pixels, names=np.array(names))
-    peaks = [np.unravel_index(int(m.argmax()), grid) for m in maps]
+    peaks = [np.unravel_index(int(m.argmax()), maps.shape[1:]) for m in maps]
     _write_json(p["json"], {
         "source": "class token" if source == "token" else "mean over tokens",
-        "grid_size": list(grid),
+        "grid_size": list(maps.shape[1:]),
         "images": [{"name": names[i], "peak_patch_row_col": [int(peaks[i][0]), int(peaks[i][1])],
                     "peak_share": float(maps[i].max()),
                     **({"prediction": predictions[i][0], "score": predictions[i][1]} if predictions else {})}
@@ -688,19 +703,19 @@ def save_figures(model, out_dir, images=None, names=None, *, batch_size=16, num_
         log.info("drawing the first %d of %d rollout maps (the .npz holds all)", _MAX_ROLLOUT_PANELS, len(images))
     _save_figure(_plot_rollout(pixels, upsampled, names, predictions, source), p["png"])
 
-    uniform = uniform_attention_distance(grid, pixels_per_patch)
+    uniform = uniform_attention_distance(maps.shape[1:], pixels_per_patch)
     p = paths("attention_distance")
     _write_npz(p["npz"], mean_distance_px=distances)
     _write_json(p["json"], {
         "num_images": len(images),
-        "image_size": list(model.image_size),
+        "image_size": list(image_size),
         "patch_size_px": list(pixels_per_patch),
         "class_token": "excluded; each patch's attention over the patches is renormalized",
         "uniform_attention_px": uniform,
         "layer_mean_px": distances.mean(axis=1).tolist(),
         "mean_distance_px": distances.tolist(),
     })
-    _save_figure(_plot_attention_distance(distances, uniform, model.image_size, pixels_per_patch, len(images)),
+    _save_figure(_plot_attention_distance(distances, uniform, image_size, pixels_per_patch, len(images)),
                  p["png"])
     summary["attention_distance_first_layer_px"] = float(distances[0].mean())
     summary["attention_distance_last_layer_px"] = float(distances[-1].mean())

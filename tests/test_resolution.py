@@ -225,3 +225,90 @@ def test_resample_patch_embedding_methods_and_errors():
         resample_patch_embedding(kernel[..., 0], 8)
     with pytest.raises(ValueError, match="new_patch_size"):
         resample_patch_embedding(kernel, 0)
+
+
+# -- exports that serve several sizes ---------------------------------------------------------
+
+def _pixels(size, n=6, seed=0):
+    return np.random.default_rng(seed).integers(0, 256, (n,) + size + (3,), dtype=np.uint8)
+
+
+def _keras_logits(model, pixels):
+    return np.asarray(model(keras_vit.preprocess_input(pixels.astype("float32"))))
+
+
+def test_tflite_with_one_signature_per_size(tmp_path):
+    from ai_edge_litert.interpreter import Interpreter
+
+    from keras_vit.export import export_model
+
+    model = randomize(tiny_vit())  # built for 32x32: the 48x48 signature resamples in the graph
+    out = tmp_path / "multi.tflite"
+    metadata = export_model(model, out, image_sizes=[32, (48, 48)], samples=_pixels((32, 32), 8))
+    interpreter = Interpreter(model_path=str(out))
+    signatures = interpreter.get_signature_list()
+    assert set(signatures) == {"serving_default", "serving_48x48"}  # serving_default: the first size
+    assert interpreter.get_signature_runner("serving_default").get_input_details()["images"]["shape"].tolist() == [
+        1, 32, 32, 3]
+    assert metadata["signatures"] == {"serving_default": [None, 32, 32, 3], "serving_48x48": [None, 48, 48, 3]}
+    for name, size in (("serving_default", (32, 32)), ("serving_48x48", (48, 48))):
+        pixels = _pixels(size, 3, seed=size[0])
+        got = interpreter.get_signature_runner(name)(images=pixels)["logits"]
+        assert np.abs(got - _keras_logits(keras_vit.with_image_size(model, size), pixels)).max() <= 1e-4
+        assert metadata["parity_by_size"][f"{size[0]}x{size[1]}"]["max_abs_logit_diff"] <= 1e-4
+    # builtin ops only: the converter ran with TFLITE_BUILTINS alone, and LiteRT runs it without Flex
+    assert keras_vit.load_classifier(out).image_size == (32, 32)
+
+
+def test_saved_model_without_resize_runs_each_batch_at_its_own_size(tmp_path):
+    from keras_vit.export import export_model
+
+    model = randomize(tiny_vit(dynamic_image_size=True, posemb_resample="bilinear"))
+    out = tmp_path / "any_size"
+    metadata = export_model(model, out, resize=False, samples=_pixels((32, 32), 8))
+    assert metadata["resize"] is False and set(metadata["parity_by_size"]) == {"32x32", "48x48"}
+    serve = tf.saved_model.load(str(out)).signatures["serving_default"]
+    for size in ((32, 32), (40, 56)):
+        pixels = _pixels(size, 2, seed=size[1])
+        got = serve(images=tf.constant(pixels))["logits"].numpy()
+        assert np.abs(got - _keras_logits(model, pixels)).max() <= 1e-4
+    graph = serve.graph.as_graph_def()
+    ops = {n.op for n in graph.node} | {n.op for f in graph.library.function for n in f.node_def}
+    assert "PartitionedCall" in ops or "StatefulPartitionedCall" in ops or "Einsum" in ops
+    assert "ResizeBilinear" not in ops and "ScaleAndTranslate" not in ops
+
+
+def test_export_cli_sizes_and_bad_requests(tmp_path):
+    from keras_vit.cli import main
+    from keras_vit.export import export_model
+
+    model = randomize(tiny_vit())
+    model.save(tmp_path / "tiny.keras")
+    samples = tmp_path / "samples"
+    samples.mkdir()
+    for i, image in enumerate(_pixels((32, 32), 4)):
+        keras.utils.save_img(samples / f"{i}.png", image)
+    assert main(["export", str(tmp_path / "tiny.keras"), "--format", "tflite", "--image-size", "32",
+                 "--image-size", "64x32", "--samples", str(samples), "--out", str(tmp_path / "m.tflite")]) == 0
+    written = json.loads((tmp_path / "m.tflite.json").read_text())
+    assert written["signatures"] == {"serving_default": [None, 32, 32, 3], "serving_64x32": [None, 64, 32, 3]}
+    with pytest.raises(ValueError, match="--no-resize"):
+        export_model(model, tmp_path / "x", image_sizes=[48])
+    with pytest.raises(ValueError, match="applies to SavedModels"):
+        export_model(model, tmp_path / "x.tflite", resize=False)
+    with pytest.raises(ValueError, match=r"36x36 are not multiples of .* patch size 8x8"):
+        export_model(model, tmp_path / "y.tflite", image_sizes=[32, 36])
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y.tflite").exists()
+
+
+def test_visualize_maps_are_on_each_images_own_grid():
+    from keras_vit import visualize
+
+    model = randomize(tiny_vit(dynamic_image_size=True))
+    for size, grid in (((32, 32), (4, 4)), ((48, 64), (6, 8))):
+        images = np.random.default_rng(0).uniform(-1, 1, (2,) + size + (3,)).astype("float32")
+        maps = visualize.attention_rollout(model, images)
+        assert maps.shape == (2,) + grid and np.allclose(maps.sum(axis=(1, 2)), 1.0, atol=1e-5)
+        assert visualize.mean_attention_distance(model, images).shape == (2, 4)
+    with pytest.raises(ValueError, match=r"36x32 are not multiples of the patch size 8x8"):
+        visualize.attention_rollout(model, np.zeros((1, 36, 32, 3), "float32"))
