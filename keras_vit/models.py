@@ -209,153 +209,24 @@ class VisionTransformer(keras.Model):
         pixel_std=(0.5, 0.5, 0.5),
         **kwargs,
     ):
-        image_size = _pair(image_size, "image_size")
-        dynamic_image_size = bool(dynamic_image_size)
-        if variant is not None:
-            variant = _check_variant(variant, patch_size, hidden_size, num_layers, num_heads, mlp_dim, resnet)
-        pixel_mean, pixel_std = _pixel_stats(pixel_mean, "pixel_mean"), _pixel_stats(pixel_std, "pixel_std")
-        if min(pixel_std) <= 0:
-            raise ValueError(f"pixel_std must be positive, got {pixel_std}.")
-        if class_names is not None:
-            class_names = [str(c) for c in class_names]
-            if not include_top or len(class_names) != classes:
-                raise ValueError(
-                    f"class_names has {len(class_names)} names but the model has "
-                    f"{classes if include_top else 'no'} classes."
-                )
-        patch_size = _pair(patch_size, "patch_size")
-        resnet = _normalize_resnet(resnet)
-        if classifier not in CLASSIFIERS:
-            raise ValueError(f"Unknown classifier {classifier!r}; use one of {CLASSIFIERS}.")
-        if pooling is not None and pooling not in POOLINGS:
-            raise ValueError(f"Unknown pooling {pooling!r}; use None or one of {POOLINGS}.")
-        if pooling == "token" and classifier != "token":
-            raise ValueError(f"pooling='token' needs a class token, but classifier={classifier!r} has none.")
-        if int(hidden_size) % int(num_heads):
-            raise ValueError(f"hidden_size {hidden_size} is not divisible by num_heads {num_heads}.")
-        if classes is not None and include_top and int(classes) < 1:
-            raise ValueError(f"classes must be a positive int when include_top=True, got {classes}.")
-        for what, rate in (("dropout_rate", dropout_rate), ("attention_dropout_rate", attention_dropout_rate),
-                           ("drop_path_rate", drop_path_rate)):
-            if not 0.0 <= float(rate) < 1.0:
-                raise ValueError(f"{what} must be in [0, 1), got {rate}.")
-        if resnet is None:
-            grid_size(image_size, patch_size)
-            effective = patch_size
-        else:
-            stride = stem_stride(resnet["num_layers"])
-            effective = (stride * patch_size[0], stride * patch_size[1])
-            if image_size[0] % effective[0] or image_size[1] % effective[1]:
-                raise ValueError(
-                    f"image_size {image_size} is not a multiple of the hybrid's effective patch size "
-                    f"{effective} (stem stride {stride} x patch {patch_size}); pixels would be cropped."
-                )
-        input_size = (None, None) if dynamic_image_size else image_size
-
-        if input_tensor is None:
-            try:
-                valid = not isinstance(channels, bool) and int(channels) == channels and channels >= 1
-            except (TypeError, ValueError):
-                valid = False
-            if not valid:
-                raise ValueError(f"channels must be a positive int (3 for RGB), got {channels!r}.")
-            channels = int(channels)
-            # channels_last whatever keras.config.image_data_format() says: the patch layout
-            # and the official checkpoints are (H, W, C).
-            inputs = keras.Input(shape=input_size + (channels,), name="image")
-            x = inputs
-        else:
-            shape = tuple(input_tensor.shape)
-            if len(shape) != 4 or (tuple(shape[1:3]) != image_size and not dynamic_image_size) or shape[3] is None:
-                raise ValueError(
-                    f"input_tensor has shape {shape}; expected (batch, {image_size[0]}, {image_size[1]}, channels)"
-                    + (" (or pass dynamic_image_size=True for any size)." if None in shape[1:3] else ".")
-                )
-            inputs = keras.utils.get_source_inputs(input_tensor)
-            inputs = inputs[0] if len(inputs) == 1 else inputs
-            x = input_tensor
-            channels = int(shape[3])
-
-        if dynamic_image_size:
-            x = ImageSizeCheck(effective, name="image_size_check")(x)
-        if resnet is not None:
-            x = resnet_stem(x, **resnet)
-        grid = (image_size[0] // effective[0], image_size[1] // effective[1])
-        x = PatchEncoder(hidden_size, patch_size, class_token=classifier == "token", posemb_grid=grid,
-                         posemb_resample=posemb_resample, name="patch_encoder")(x)
-        x = keras.layers.Dropout(dropout_rate, name="encoder_dropout")(x)
-        stages = {"images": inputs, "embedded": x}  # the feature API's cut points (see `stage_model`)
-        for i in range(num_layers):
-            x = TransformerBlock(
-                num_heads,
-                mlp_dim,
-                dropout_rate=dropout_rate,
-                attention_dropout_rate=attention_dropout_rate,
-                drop_path_rate=drop_path_rate * i / max(num_layers - 1, 1),
-                approximate_gelu=approximate_gelu,
-                attention_implementation=attention_implementation,
-                layer_norm_epsilon=layer_norm_epsilon,
-                name=f"encoderblock_{i}",
-            )(x)
-        stages["encoded"] = x
-        if not fc_norm:
-            x = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="encoder_norm")(x)
-        stages["features"] = x
-
-        pool = pooling or classifier
-        prefix = int(classifier == "token")
-        if pool == "token":
-            x = x[:, 0]
-        elif pool in ("gap", "avg"):
-            x = ops.mean(x[:, prefix:] if prefix else x, axis=1)
-        elif pool == "max":
-            x = ops.max(x[:, prefix:] if prefix else x, axis=1)
-        if fc_norm:
-            x = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="fc_norm")(x)
-        if representation_size is not None:
-            x = keras.layers.Dense(representation_size, activation="tanh", name="pre_logits")(x)
-        stages["pre_logits"] = x
-        if include_top:
-            mixed = keras.mixed_precision.global_policy().compute_dtype != "float32"
-            head_dtype = "float32" if mixed else None
-            x = keras.layers.Dense(
-                classes, kernel_initializer="zeros", bias_initializer="zeros", name="head", dtype=head_dtype
-            )(x)
-            stages["logits"] = x
-            if classifier_activation is not None:
-                x = keras.layers.Activation(classifier_activation, name="predictions", dtype=head_dtype)(x)
-
+        args = _check_arguments(dict(
+            image_size=image_size, patch_size=patch_size, hidden_size=hidden_size, num_layers=num_layers,
+            num_heads=num_heads, mlp_dim=mlp_dim, classes=classes, include_top=include_top, classifier=classifier,
+            representation_size=representation_size, resnet=resnet, dropout_rate=dropout_rate,
+            attention_dropout_rate=attention_dropout_rate, drop_path_rate=drop_path_rate,
+            classifier_activation=classifier_activation, pooling=pooling, approximate_gelu=approximate_gelu,
+            channels=channels, class_names=class_names, attention_implementation=attention_implementation,
+            variant=variant, dynamic_image_size=dynamic_image_size, posemb_resample=posemb_resample,
+            layer_norm_epsilon=layer_norm_epsilon, fc_norm=fc_norm, pixel_mean=pixel_mean, pixel_std=pixel_std))
+        inputs, x, args["channels"] = _model_input(input_tensor, args)
+        stages = {"images": inputs}  # the feature API's cut points (see `stage_model`)
+        x = _encoder(x, args, stages)
+        x = _pool_and_head(x, args, stages)
         super().__init__(inputs=inputs, outputs=x, name=name, **kwargs)
         # a plain holder: Keras would track a dict of tensors or of sub-models as sublayers
         self._stages = _Stages(stages)
-
-        self.image_size = image_size
-        self.channels = channels
-        self.patch_size = patch_size
-        self.hidden_size = int(hidden_size)
-        self.num_layers = int(num_layers)
-        self.num_heads = int(num_heads)
-        self.mlp_dim = int(mlp_dim)
-        self.classes = classes
-        self.include_top = bool(include_top)
-        self.classifier = classifier
-        self.representation_size = representation_size
-        self.resnet = resnet
-        self.dropout_rate = float(dropout_rate)
-        self.attention_dropout_rate = float(attention_dropout_rate)
-        self.drop_path_rate = float(drop_path_rate)
-        self.classifier_activation = classifier_activation
-        self.pooling = pooling
-        self.approximate_gelu = bool(approximate_gelu)
-        self.class_names = class_names
-        self.attention_implementation = attention_implementation
-        self.variant = variant
-        self.dynamic_image_size = dynamic_image_size
-        self.posemb_resample = posemb_resample
-        self.layer_norm_epsilon = float(layer_norm_epsilon)
-        self.fc_norm = bool(fc_norm)
-        self.pixel_mean = pixel_mean
-        self.pixel_std = pixel_std
+        for key, value in args.items():  # the config's values, normalized: get_config returns them
+            setattr(self, key, value)
 
         if weights is not None:
             _load_weights(self, weights)
@@ -494,6 +365,146 @@ class VisionTransformer(keras.Model):
         if config.get("resnet"):
             config["resnet"] = dict(config["resnet"], num_layers=tuple(config["resnet"]["num_layers"]))
         return cls(**config)
+
+
+def _check_arguments(args):
+    """VisionTransformer's arguments checked (each bad value named) and normalized."""
+    a = dict(args)
+    a["image_size"], a["patch_size"] = _pair(a["image_size"], "image_size"), _pair(a["patch_size"], "patch_size")
+    a["dynamic_image_size"] = bool(a["dynamic_image_size"])
+    if a["variant"] is not None:
+        a["variant"] = _check_variant(a["variant"], a["patch_size"], a["hidden_size"], a["num_layers"],
+                                      a["num_heads"], a["mlp_dim"], a["resnet"])
+    a["pixel_mean"], a["pixel_std"] = _pixel_stats(a["pixel_mean"], "pixel_mean"), _pixel_stats(a["pixel_std"], "pixel_std")
+    if min(a["pixel_std"]) <= 0:
+        raise ValueError(f"pixel_std must be positive, got {a['pixel_std']}.")
+    if a["class_names"] is not None:
+        a["class_names"] = [str(c) for c in a["class_names"]]
+        if not a["include_top"] or len(a["class_names"]) != a["classes"]:
+            raise ValueError(f"class_names has {len(a['class_names'])} names but the model has "
+                             f"{a['classes'] if a['include_top'] else 'no'} classes.")
+    a["resnet"] = _normalize_resnet(a["resnet"])
+    classifier, pooling = a["classifier"], a["pooling"]
+    if classifier not in CLASSIFIERS:
+        raise ValueError(f"Unknown classifier {classifier!r}; use one of {CLASSIFIERS}.")
+    if pooling is not None and pooling not in POOLINGS:
+        raise ValueError(f"Unknown pooling {pooling!r}; use None or one of {POOLINGS}.")
+    if pooling == "token" and classifier != "token":
+        raise ValueError(f"pooling='token' needs a class token, but classifier={classifier!r} has none.")
+    if int(a["hidden_size"]) % int(a["num_heads"]):
+        raise ValueError(f"hidden_size {a['hidden_size']} is not divisible by num_heads {a['num_heads']}.")
+    if a["classes"] is not None and a["include_top"] and int(a["classes"]) < 1:
+        raise ValueError(f"classes must be a positive int when include_top=True, got {a['classes']}.")
+    for what in ("dropout_rate", "attention_dropout_rate", "drop_path_rate"):
+        if not 0.0 <= float(a[what]) < 1.0:
+            raise ValueError(f"{what} must be in [0, 1), got {a[what]}.")
+        a[what] = float(a[what])
+    for what in ("hidden_size", "num_layers", "num_heads", "mlp_dim"):
+        a[what] = int(a[what])
+    for what in ("include_top", "approximate_gelu", "fc_norm"):
+        a[what] = bool(a[what])
+    a["layer_norm_epsilon"] = float(a["layer_norm_epsilon"])
+    image_size, patch_size, resnet = a["image_size"], a["patch_size"], a["resnet"]
+    if resnet is None:
+        grid_size(image_size, patch_size)
+    else:
+        stride = stem_stride(resnet["num_layers"])
+        effective = (stride * patch_size[0], stride * patch_size[1])
+        if image_size[0] % effective[0] or image_size[1] % effective[1]:
+            raise ValueError(
+                f"image_size {image_size} is not a multiple of the hybrid's effective patch size "
+                f"{effective} (stem stride {stride} x patch {patch_size}); pixels would be cropped."
+            )
+    return a
+
+
+def _effective_patch(args):
+    """The patch size in input pixels: the patch, times the stem's stride for hybrids."""
+    stride = 1 if args["resnet"] is None else stem_stride(args["resnet"]["num_layers"])
+    return stride * args["patch_size"][0], stride * args["patch_size"][1]
+
+
+def _model_input(input_tensor, args):
+    """(the model's inputs, the tensor to build on, its channel count)."""
+    image_size, dynamic = args["image_size"], args["dynamic_image_size"]
+    if input_tensor is None:
+        channels = args["channels"]
+        try:
+            valid = not isinstance(channels, bool) and int(channels) == channels and channels >= 1
+        except (TypeError, ValueError):
+            valid = False
+        if not valid:
+            raise ValueError(f"channels must be a positive int (3 for RGB), got {channels!r}.")
+        # channels_last whatever keras.config.image_data_format() says: the patch layout
+        # and the official checkpoints are (H, W, C).
+        inputs = keras.Input(shape=((None, None) if dynamic else image_size) + (int(channels),), name="image")
+        return inputs, inputs, int(channels)
+    shape = tuple(input_tensor.shape)
+    if len(shape) != 4 or (tuple(shape[1:3]) != image_size and not dynamic) or shape[3] is None:
+        raise ValueError(
+            f"input_tensor has shape {shape}; expected (batch, {image_size[0]}, {image_size[1]}, channels)"
+            + (" (or pass dynamic_image_size=True for any size)." if None in shape[1:3] else ".")
+        )
+    inputs = keras.utils.get_source_inputs(input_tensor)
+    return (inputs[0] if len(inputs) == 1 else inputs), input_tensor, int(shape[3])
+
+
+def _encoder(x, a, stages):
+    """Images -> [stem] -> patch encoder -> blocks -> [final LayerNorm]; the tokens (B, T, D)."""
+    effective = _effective_patch(a)
+    if a["dynamic_image_size"]:
+        x = ImageSizeCheck(effective, name="image_size_check")(x)
+    if a["resnet"] is not None:
+        x = resnet_stem(x, **a["resnet"])
+    grid = (a["image_size"][0] // effective[0], a["image_size"][1] // effective[1])
+    x = PatchEncoder(a["hidden_size"], a["patch_size"], class_token=a["classifier"] == "token", posemb_grid=grid,
+                     posemb_resample=a["posemb_resample"], name="patch_encoder")(x)
+    x = keras.layers.Dropout(a["dropout_rate"], name="encoder_dropout")(x)
+    stages["embedded"] = x
+    num_layers = a["num_layers"]
+    for i in range(num_layers):
+        x = TransformerBlock(
+            a["num_heads"],
+            a["mlp_dim"],
+            dropout_rate=a["dropout_rate"],
+            attention_dropout_rate=a["attention_dropout_rate"],
+            drop_path_rate=a["drop_path_rate"] * i / max(num_layers - 1, 1),
+            approximate_gelu=a["approximate_gelu"],
+            attention_implementation=a["attention_implementation"],
+            layer_norm_epsilon=a["layer_norm_epsilon"],
+            name=f"encoderblock_{i}",
+        )(x)
+    stages["encoded"] = x
+    if not a["fc_norm"]:
+        x = keras.layers.LayerNormalization(epsilon=a["layer_norm_epsilon"], name="encoder_norm")(x)
+    stages["features"] = x
+    return x
+
+
+def _pool_and_head(x, a, stages):
+    """Tokens -> pooled representation -> [fc_norm] -> [pre-logits] -> [head -> activation]."""
+    pool = a["pooling"] or a["classifier"]
+    prefix = int(a["classifier"] == "token")
+    if pool == "token":
+        x = x[:, 0]
+    elif pool in ("gap", "avg"):
+        x = ops.mean(x[:, prefix:] if prefix else x, axis=1)
+    elif pool == "max":
+        x = ops.max(x[:, prefix:] if prefix else x, axis=1)
+    if a["fc_norm"]:
+        x = keras.layers.LayerNormalization(epsilon=a["layer_norm_epsilon"], name="fc_norm")(x)
+    if a["representation_size"] is not None:
+        x = keras.layers.Dense(a["representation_size"], activation="tanh", name="pre_logits")(x)
+    stages["pre_logits"] = x
+    if a["include_top"]:
+        mixed = keras.mixed_precision.global_policy().compute_dtype != "float32"
+        head_dtype = "float32" if mixed else None
+        x = keras.layers.Dense(a["classes"], kernel_initializer="zeros", bias_initializer="zeros", name="head",
+                               dtype=head_dtype)(x)
+        stages["logits"] = x
+        if a["classifier_activation"] is not None:
+            x = keras.layers.Activation(a["classifier_activation"], name="predictions", dtype=head_dtype)(x)
+    return x
 
 
 def create_model(variant, **kwargs):

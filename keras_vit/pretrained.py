@@ -388,6 +388,7 @@ def _to_source(variable):
 
 # -- loading -------------------------------------------------------------------------------
 
+# Over 80 lines with its docstring: the same check-everything-then-assign pass as load_official_npz.
 def load_state_dict(model, tensors, fmt, *, source="the checkpoint", qkv_bias=True, resample="bicubic"):
     """Fills `model` from a timm or transformers state dict ({name: NumPy array}).
 

@@ -621,6 +621,8 @@ def _remove_if_empty(folder):
     shutil.rmtree(folder, ignore_errors=True)
 
 
+# Over 80 lines: one run, start to finish, in the strategy's scope (data, model, callbacks, fit,
+# evaluation, files); each step is a call, their order is the content.
 def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, precision):
     from keras_vit import data as data_lib
 

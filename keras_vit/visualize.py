@@ -619,6 +619,7 @@ def _plot_attention_distance(distances, uniform, image_size, patch_size, num_ima
     return fig
 
 
+# Over 80 lines: four figures, each a short block of (compute, write .npz/.json, draw) in sequence.
 def save_figures(model, out_dir, images=None, names=None, *, batch_size=16, num_components=12):
     """Writes the four figures and the numbers behind them into `out_dir`.
 
