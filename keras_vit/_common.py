@@ -21,6 +21,18 @@ def to_pair(value, what):
     return pair
 
 
+def describe_misfit(missing, unexpected, mismatched, unexpected_hint=""):
+    """"missing keys: ...; unexpected keys: ...; shape mismatches: ...", the parts that are not empty."""
+    problems = []
+    if missing:
+        problems.append(f"missing keys: {format_keys(missing)}")
+    if unexpected:
+        problems.append(f"unexpected keys{unexpected_hint}: {format_keys(unexpected)}")
+    if mismatched:
+        problems.append(f"shape mismatches: {format_keys(mismatched)}")
+    return "; ".join(problems)
+
+
 def format_keys(keys, limit=12):
     """A sorted, comma-separated list for error messages, cut after `limit` entries."""
     keys = sorted(keys)

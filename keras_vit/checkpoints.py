@@ -19,7 +19,7 @@ import zipfile
 
 import numpy as np
 
-from keras_vit._common import format_keys
+from keras_vit._common import describe_misfit
 from keras_vit._files import atomic_path
 from keras_vit.models import VisionTransformer, create_model, register_weights_loader
 from keras_vit.presets import NAMED_WEIGHTS, PRESETS
@@ -227,19 +227,12 @@ def load_official_npz(model, path, *, resample="official"):
         else:
             unexpected.append(f"{key} {index[key][0]}")
     if missing or unexpected or mismatched:
-        problems = []
-        if missing:
-            problems.append(f"missing keys: {format_keys(missing)}")
-        if unexpected:
-            hint = ""
-            if any(k.startswith("cls ") for k in unexpected):
-                hint = " (the checkpoint has a class token: build the model with classifier='token')"
-            problems.append(f"unexpected keys{hint}: {format_keys(unexpected)}")
-        if mismatched:
-            problems.append(f"shape mismatches: {format_keys(mismatched)}")
+        hint = ""
+        if any(k.startswith("cls ") for k in unexpected):
+            hint = " (the checkpoint has a class token: build the model with classifier='token')"
         raise ValueError(
             f"Checkpoint {path} ({layout} key layout) does not fit the model {model.name!r}: "
-            + "; ".join(problems) + ". The model was left unchanged."
+            + describe_misfit(missing, unexpected, mismatched, hint) + ". The model was left unchanged."
         )
     _verify_data(path)
     with np.load(path, allow_pickle=False) as npz:

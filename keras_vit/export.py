@@ -394,10 +394,10 @@ def _sample_images(model, image_size, samples, recipe, split, max_samples, seed)
 
 def _export_sizes(model, native, format, image_sizes, resize):
     """The sizes an export serves (and is checked at): [(h, w), ...], the first the default."""
+    grid = model.patch_encoder.grid_size
+    step = (native[0] // grid[0], native[1] // grid[1])  # the effective patch size
     if not image_sizes:
         if format == "saved_model" and not resize:
-            grid = model.patch_encoder.grid_size
-            step = (native[0] // grid[0], native[1] // grid[1])  # the effective patch size
             return [native, (native[0] + 2 * step[0], native[1] + 2 * step[1])]
         return [native]
     sizes = []
@@ -405,8 +405,6 @@ def _export_sizes(model, native, format, image_sizes, resize):
         size = to_pair(size, "image size")
         if size not in sizes:
             sizes.append(size)
-    grid = model.patch_encoder.grid_size
-    step = (native[0] // grid[0], native[1] // grid[1])
     bad = [f"{h}x{w}" for h, w in sizes if h % step[0] or w % step[1]]
     if bad:
         raise ValueError(f"image size(s) {', '.join(bad)} are not multiples of {model.name!r}'s patch size "

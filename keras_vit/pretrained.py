@@ -18,7 +18,7 @@ import re
 import numpy as np
 
 from keras_vit._files import atomic_path
-from keras_vit._common import format_keys
+from keras_vit._common import describe_misfit
 from keras_vit.checkpoints import convert_checkpoint, load_official_npz, read_npz_index
 from keras_vit.posemb import infer_grid, resample_position_embeddings
 
@@ -452,15 +452,8 @@ def load_state_dict(model, tensors, fmt, *, source="the checkpoint", qkv_bias=Tr
         else:
             unexpected.append(f"{key} {tuple(tensors[key].shape)}")
     if missing or unexpected or mismatched:
-        problems = []
-        if missing:
-            problems.append(f"missing keys: {format_keys(missing)}")
-        if unexpected:
-            problems.append(f"unexpected keys: {format_keys(unexpected)}")
-        if mismatched:
-            problems.append(f"shape mismatches: {format_keys(mismatched)}")
         raise ValueError(f"{fmt} checkpoint {source} does not fit the model {model.name!r}: "
-                         + "; ".join(problems) + ". The model was left unchanged.")
+                         + describe_misfit(missing, unexpected, mismatched) + ". The model was left unchanged.")
     for variable, key, part, how in plan:
         if how == "zero":
             variable.assign(np.zeros(variable.shape, variable.dtype))

@@ -229,7 +229,7 @@ def _check_images(model, images):
         raise ValueError(
             "images look like pixels in [0, 255]; the model takes [-1, 1]: scale them with keras_vit.preprocess_input."
         )
-    return images.astype(np.float32)
+    return images.astype(np.float32, copy=False)
 
 
 def patch_pixels(model):
