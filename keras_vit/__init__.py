@@ -43,6 +43,7 @@ _EXPORTS = {
     "keras_vit.pretrained": ("from_pretrained", "load_pretrained", "save_pretrained"),
     "keras_vit.applications": ("decode_predictions", "imagenet_class_names", "load_image", "preprocess_input"),
     "keras_vit.export": ("export_model", "load_classifier"),
+    "keras_vit.fewshot": ("fewshot_evaluate",),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 # The modules whose classes `.keras` files name (register_keras_serializable runs on import).
@@ -55,7 +56,7 @@ __all__ = sorted(_MODULE_OF) + ["__version__"]
 
 
 # Submodules reachable as attributes, as when __init__ imported them all (keras_vit.data.load_digits).
-_SUBMODULES = ("applications", "checkpoints", "data", "export", "interpolation", "layers", "models", "posemb",
+_SUBMODULES = ("applications", "checkpoints", "data", "export", "fewshot", "interpolation", "layers", "models", "posemb",
                "presets", "pretrained", "serving", "stem", "training", "visualize")
 
 

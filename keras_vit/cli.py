@@ -86,6 +86,19 @@ def _predict(args):
         print(f"{path}: " + ", ".join(f"{name} {score:.4f}" for _, name, score in top), flush=True)
 
 
+def _fewshot(args):
+    from keras_vit.fewshot import fewshot_evaluate, format_table, load_model, write_json
+
+    model = load_model(args.model)
+    result = fewshot_evaluate(model, args.data, shots=args.shots, seeds=args.seeds, holdout=args.holdout,
+                              test_images=args.test_images, batch_size=args.batch_size)
+    result["model"] = args.model
+    print(format_table(result), flush=True)
+    if args.out:
+        write_json(result, args.out)
+        print(args.out)
+
+
 def _size(text):
     parts = [int(p) for p in text.lower().replace("x", ",").split(",") if p]
     if len(parts) not in (1, 2):
@@ -230,6 +243,28 @@ def _add_predict(commands):
     p.set_defaults(func=_predict)
 
 
+def _add_fewshot(commands):
+    p = commands.add_parser(
+        "fewshot",
+        help="few-shot linear accuracy of a model's frozen representation (the paper's Section 4)",
+        description="Fits a least-squares linear classifier on the pre-logits features of N training images "
+        "per class (the regularizer chosen on --holdout further images per class), and prints its test "
+        "accuracy per shot count: mean, spread, min and max over --seeds draws.",
+    )
+    p.add_argument("model", help="a .keras file, a hub folder / .safetensors (timm, transformers) or an official .npz")
+    p.add_argument("--data", required=True,
+                   help="a data source as recipes take it: digits, tfds:NAME, a folder or .tgz of train/ and test/")
+    p.add_argument("--shots", type=int, nargs="+", default=[1, 5, 10, 25], metavar="N",
+                   help="images per class (default 1 5 10 25)")
+    p.add_argument("--seeds", type=int, default=3, help="draws per shot count (default 3)")
+    p.add_argument("--holdout", type=int, default=10,
+                   help="further training images per class for choosing the regularizer (default 10)")
+    p.add_argument("--test-images", type=int, default=None, help="evaluate on this many test images (default all)")
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--out", help="also write the result as JSON here")
+    p.set_defaults(func=_fewshot)
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="keras-vit",
@@ -238,7 +273,7 @@ def build_parser():
     )
     parser.add_argument("--version", action="version", version=_version())
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for add in (_add_train, _add_convert, _add_visualize, _add_export, _add_predict):
+    for add in (_add_train, _add_convert, _add_visualize, _add_export, _add_predict, _add_fewshot):
         add(commands)
     return parser
 

@@ -12,7 +12,7 @@ from keras_vit._common import register as _register
 from keras_vit._common import to_pair as _pair
 from keras_vit.layers import ImageSizeCheck, PatchEncoder, TransformerBlock, grid_size
 from keras_vit.presets import PRESETS, VARIANTS, canonical_variant  # noqa: F401 (VARIANTS is public here)
-from keras_vit.stem import resnet_stem, stem_stride
+from keras_vit.stem import ROOTS, resnet_stem, stem_stride
 
 CLASSIFIERS = ("token", "gap")
 POOLINGS = ("token", "gap", "avg", "max", "unpooled")
@@ -40,14 +40,20 @@ def _load_weights(model, weights):
 def _normalize_resnet(resnet):
     if resnet is None:
         return None
-    if not isinstance(resnet, dict) or set(resnet) - {"num_layers", "width_factor"}:
+    if not isinstance(resnet, dict) or set(resnet) - {"num_layers", "width_factor", "root"}:
         raise ValueError(
-            f"resnet must be None or a dict(num_layers=(3, 4, 9), width_factor=1), got {resnet!r}."
+            f"resnet must be None or a dict(num_layers=(3, 4, 9), width_factor=1, root='bit'), got {resnet!r}."
         )
     num_layers = tuple(int(n) for n in resnet.get("num_layers", (3, 4, 9)))
     if any(n < 1 for n in num_layers):
         raise ValueError(f"resnet num_layers must be positive unit counts per stage, got {num_layers}.")
-    return {"num_layers": num_layers, "width_factor": resnet.get("width_factor", 1)}
+    normalized = {"num_layers": num_layers, "width_factor": resnet.get("width_factor", 1)}
+    root = resnet.get("root", "bit")
+    if root not in ROOTS:
+        raise ValueError(f"resnet root must be one of {sorted(ROOTS)}, got {root!r}.")
+    if root != "bit":  # configs of the official hybrids stay as they were
+        normalized["root"] = root
+    return normalized
 
 
 class _Stages:
@@ -127,7 +133,9 @@ class VisionTransformer(keras.Model):
             token; the mean over all tokens).
         representation_size: width of the pre-logits layer (Dense + tanh), or None.
         resnet: None, or `dict(num_layers=(3, 4, 9), width_factor=1)` for a hybrid with a
-            BiT ResNet-v2 stem; `num_layers=()` keeps its root block only.
+            BiT ResNet-v2 stem; `num_layers=()` keeps its root block only; `root="small"`
+            replaces the root's 7x7/2 conv and max-pool by a 3x3/1 conv, for small images
+            (CIFAR's 32x32) that the official root would shrink to 8x8 before any stage.
         dropout_rate, attention_dropout_rate: dropout after the position embeddings and in
             the MLP / on the attention probabilities.
         drop_path_rate: stochastic depth of the last block; it grows linearly from 0 over
@@ -408,7 +416,7 @@ def _check_arguments(args):
     if resnet is None:
         grid_size(image_size, patch_size)
     else:
-        stride = stem_stride(resnet["num_layers"])
+        stride = stem_stride(resnet["num_layers"], resnet.get("root", "bit"))
         effective = (stride * patch_size[0], stride * patch_size[1])
         if image_size[0] % effective[0] or image_size[1] % effective[1]:
             raise ValueError(
@@ -420,7 +428,8 @@ def _check_arguments(args):
 
 def _effective_patch(args):
     """The patch size in input pixels: the patch, times the stem's stride for hybrids."""
-    stride = 1 if args["resnet"] is None else stem_stride(args["resnet"]["num_layers"])
+    resnet = args["resnet"]
+    stride = 1 if resnet is None else stem_stride(resnet["num_layers"], resnet.get("root", "bit"))
     return stride * args["patch_size"][0], stride * args["patch_size"][1]
 
 

@@ -294,11 +294,14 @@ def _official_args(path):
             units[int(m[1])] = max(units.get(int(m[1]), 0), int(m[2]))
     resnet = None
     if "conv_root/kernel" in shapes:
+        root_width = shapes["conv_root/kernel"][-1]
         resnet = {"num_layers": tuple(units[b] for b in sorted(units)),
-                  "width_factor": shapes["conv_root/kernel"][-1] // 64}
+                  "width_factor": root_width // 64 if root_width % 64 == 0 else root_width / 64}
+        if shapes["conv_root/kernel"][0] == 3:  # keras-vit's root for small images
+            resnet["root"] = "small"
     patch = shapes["embedding/kernel"][:2]
     prefix = int("cls" in shapes)
-    stride = stem_stride(resnet["num_layers"]) if resnet else 1
+    stride = stem_stride(resnet["num_layers"], resnet.get("root", "bit")) if resnet else 1
     try:
         grid = infer_grid(shapes["Transformer/posembed_input/pos_embedding"][1] - prefix)
         image_size = (grid[0] * patch[0] * stride, grid[1] * patch[1] * stride)

@@ -126,22 +126,33 @@ class BottleneckUnit(keras.layers.Layer):
         return {**super().get_config(), "features": self.features, "strides": self.strides}
 
 
-def stem_stride(num_layers):
-    """How much the stem shrinks the image: 4 for the root, x2 for each stage after the first."""
-    return 4 * 2 ** max(len(num_layers) - 1, 0)
+# The root block: "bit" is the official one (conv 7x7/2 + max-pool 3x3/2, image / 4); "small"
+# is a 3x3/1 conv without pooling, as ResNets for CIFAR's 32x32 images have (He et al. 2016,
+# Section 4.2): a 32x32 image keeps its resolution into the first stage.
+ROOTS = {"bit": 4, "small": 1}
 
 
-def resnet_stem(x, num_layers=(3, 4, 9), width_factor=1):
+def stem_stride(num_layers, root="bit"):
+    """How much the stem shrinks the image: the root's stride (4 for "bit", 1 for "small"),
+    x2 for each stage after the first."""
+    return ROOTS[root] * 2 ** max(len(num_layers) - 1, 0)
+
+
+def resnet_stem(x, num_layers=(3, 4, 9), width_factor=1, root="bit"):
     """Adds the BiT ResNet-v2 stem to a functional graph: root block, then the stages.
 
     `num_layers` gives the units per stage; an empty tuple keeps the root block alone.
     Layer names follow the official checkpoint: conv_root, gn_root, block{i}_unit{j}.
     """
     width = int(64 * width_factor)
-    x = StdConv2D(width, 7, strides=2, name="conv_root")(x)
+    if root not in ROOTS:
+        raise ValueError(f"resnet root must be one of {sorted(ROOTS)}, got {root!r}.")
+    x = StdConv2D(width, 7 if root == "bit" else 3, strides=2 if root == "bit" else 1, name="conv_root")(x)
     x = _group_norm("gn_root", None)(x)
     x = keras.layers.ReLU(name="root_relu")(x)
-    x = keras.layers.MaxPooling2D(3, strides=2, padding="same", data_format="channels_last", name="root_pool")(x)
+    if root == "bit":
+        x = keras.layers.MaxPooling2D(3, strides=2, padding="same", data_format="channels_last",
+                                      name="root_pool")(x)
     for i, units in enumerate(num_layers):
         for j in range(units):
             stride = 2 if (i > 0 and j == 0) else 1

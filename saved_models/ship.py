@@ -83,6 +83,32 @@ training precision.
 """ + "\n".join(rows) + "\n"
 
 
+def fewshot_table(out_dir):
+    """The card's few-shot section, from the fewshot.json `keras-vit fewshot --out` wrote there."""
+    path = os.path.join(out_dir, "fewshot.json")
+    if not os.path.isfile(path):
+        return ""
+    r = json.load(open(path))
+    shots = " ".join(r["shots"])
+    rows = "\n".join(f"| {n} | {v['mean']:.2%} | {100 * v['std']:.2f} | {v['min']:.2%} | {v['max']:.2%} |"
+                     for n, v in r["shots"].items())
+    return f"""
+## Few-shot linear evaluation
+
+The paper's measure of a representation besides fine-tuning (Section 4): a least-squares linear classifier
+on the frozen {r['feature_dim']}-d pre-logits features of N training images per class, its regularizer chosen
+on {r['holdout_per_class']} further training images per class, tested on {r['test_images']:,} test images;
+mean, spread, min and max over {r['seeds']} draws (`fewshot.json`). The representation was trained on the
+same training set, so this measures how linearly separable the learned features are, not transfer.
+Reproduce: `keras-vit fewshot {r['model']} --data {r.get('data_spec') or r['data']} \
+--shots {shots} --seeds {r['seeds']}`
+
+| shots per class | accuracy | std (points) | min | max |
+|---:|---:|---:|---:|---:|
+{rows}
+"""
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("run_dir")
@@ -144,6 +170,7 @@ Reproduce: `{args.command}`
 Load: `import keras, keras_vit; model = keras.models.load_model("{args.out_dir}/model.keras")`;
 the class names are in `model.class_names`. `metrics.json` holds the full resolved recipe.
 """
+    card += fewshot_table(args.out_dir)
     card += exports_table(os.path.join(args.out_dir, "exports"))
     with open(os.path.join(args.out_dir, "MODEL_CARD.md"), "w") as f:
         f.write(card)

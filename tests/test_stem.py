@@ -1,4 +1,6 @@
 import numpy as np
+import keras
+import pytest
 
 from keras_vit.stem import BottleneckUnit, StdConv2D, resnet_stem, standardize_kernel
 
@@ -45,3 +47,39 @@ def test_stem_downsamples_4x_then_2x_per_later_stage():
     assert resnet_stem(inputs, num_layers=()).shape == (None, 16, 16, 64)
     keras.backend.clear_session()
     assert resnet_stem(keras.Input((64, 64, 3)), num_layers=(1, 1)).shape == (None, 8, 8, 512)
+
+
+def test_the_small_images_root_keeps_the_resolution():
+    """root="small": a 3x3/1 conv, no max-pool; a 32x32 image enters the first stage at 32x32."""
+    import keras_vit
+    from keras_vit.stem import stem_stride
+
+    assert resnet_stem(keras.Input((32, 32, 3)), num_layers=(1, 1), width_factor=0.5, root="small").shape == (
+        None, 16, 16, 256)
+    assert stem_stride((1, 1), "small") == 2 and stem_stride((1, 1)) == 8
+    model = keras_vit.VisionTransformer(image_size=32, patch_size=2, hidden_size=32, num_layers=1, num_heads=2,
+                                        mlp_dim=64, classes=3, resnet=dict(num_layers=(1, 1), width_factor=0.5,
+                                                                           root="small"))
+    assert model.get_layer("conv_root").kernel.shape == (3, 3, 3, 32)
+    assert model.get_layer("patch_encoder").output.shape == (None, 65, 32)  # 8x8 patches + class token
+    assert model.get_config()["resnet"]["root"] == "small"
+    clone = keras_vit.VisionTransformer.from_config(model.get_config())
+    assert clone.count_params() == model.count_params()
+    with pytest.raises(ValueError, match="resnet root must be one of"):
+        keras_vit.VisionTransformer(image_size=32, patch_size=2, hidden_size=32, num_layers=1, num_heads=2,
+                                    mlp_dim=64, resnet=dict(num_layers=(1,), root="tiny"))
+
+
+def test_a_small_root_hybrid_round_trips_through_an_official_npz(tmp_path):
+    """The sizes read off the .npz's shapes find the small root and a width factor below 1."""
+    import keras_vit
+    from conftest import randomize
+
+    model = randomize(keras_vit.VisionTransformer(
+        image_size=32, patch_size=1, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64, classes=3,
+        resnet=dict(num_layers=(1, 1, 1), width_factor=0.5, root="small")))
+    keras_vit.save_official_npz(model, tmp_path / "hybrid.npz")
+    loaded = keras_vit.from_pretrained(tmp_path / "hybrid.npz")
+    assert loaded.get_config()["resnet"] == {"num_layers": (1, 1, 1), "width_factor": 0.5, "root": "small"}
+    images = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    np.testing.assert_allclose(loaded.predict(images, verbose=0), model.predict(images, verbose=0), atol=1e-5)
