@@ -41,7 +41,21 @@ def test_committed_results_render():
 
 
 def test_worker_and_memory_scripts_parse_their_arguments():
-    for script in ("worker.py", "memory.py", "tflite_bench.py", "agreement.py", "profile_block.py", "run.py"):
+    for script in ("worker.py", "memory.py", "tflite_bench.py", "agreement.py", "profile_block.py", "run.py",
+                   "datasize.py"):
         out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--help"], capture_output=True,
                              text=True, timeout=120)
         assert out.returncode == 0, (script, out.stderr[-2000:])
+
+
+def test_datasize_study_renders_its_table_and_figure(tmp_path):
+    import datasize
+
+    rows = [{"model": m, "fraction": f, "train_examples": int(47500 * f), "steps": 1500, "test_accuracy": a,
+             "fewshot_mean": a - 0.05, "fewshot_std": 0.01}
+            for m, acc in (("ViT", (0.4, 0.5, 0.6)), ("hybrid", (0.55, 0.65, 0.7)))
+            for f, a in zip((0.1, 0.3, 1.0), acc)]
+    text = datasize.table(rows, 10)
+    assert "| hybrid | 14,250 (30%) | 1,500 | 65.00% | 60.00% +- 1.0 |" in text
+    datasize.figure(rows, 10, tmp_path / "datasize.png")
+    assert (tmp_path / "datasize.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
