@@ -70,6 +70,7 @@ def _export(args):
         overwrite=args.overwrite,
         image_sizes=args.image_size,
         resize=not args.no_resize,
+        antialias=args.antialias,
     )
 
 
@@ -212,6 +213,9 @@ def _add_export(commands):
     p.add_argument("--no-resize", action="store_true",
                    help="SavedModel: no resize in the graph; each batch runs at its own size (multiples of the "
                    "patch size), position embeddings resampled in the graph")
+    p.add_argument("--antialias", action="store_true",
+                   help="SavedModel: antialias the resize where it shrinks (TensorFlow's ScaleAndTranslate op; "
+                   "TensorFlow only: tf2onnx, tensorflowjs_converter and coremltools refuse it)")
     p.add_argument("--out", required=True, help="SavedModel folder or .tflite file to write")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     p.set_defaults(func=_export)

@@ -1,8 +1,8 @@
 """SavedModel and TFLite export with the preprocessing inside, checked against Keras.
 
 An exported model takes what a camera or a decoder gives: uint8 RGB images (N, H, W, 3).
-Its `serving_default` signature resizes (SavedModel only: bilinear, antialiased when
-shrinking), scales to [-1, 1] as `preprocess_input` and returns a dict
+Its `serving_default` signature resizes (SavedModel only: bilinear; antialiased when
+shrinking only on request, a TensorFlow-only op), scales to [-1, 1] as `preprocess_input` and returns a dict
 `{"logits", "probabilities"}` (+ `"attention_0"`, ... with `attention=True`). Every export
 is run once on sample images and compared with the Keras model before it is renamed into
 place; the comparison (the parity report) and the class names go beside it as JSON:
@@ -229,14 +229,14 @@ def _load_model(model):
 # Over 80 lines with its docstring (the CLI's --help and the README point here); the code is ~45.
 def export_model(model, path, format=None, *, quantize=None, attention=False, representative_images=None,
                  samples=None, max_samples=1000, calibration_images=200, overwrite=False, seed=0,
-                 image_sizes=None, resize=True):
+                 image_sizes=None, resize=True, antialias=False):
     """Exports a keras-vit model as a SavedModel or a TFLite file, checked against Keras.
 
     The `serving_default` signature takes uint8 RGB images (N, H, W, 3) and returns
     `{"logits", "probabilities"}` (true logits from the head, and their softmax; with
     `attention=True` also `"attention_0"`, ... (N, heads, tokens, tokens)). The SavedModel
-    takes any batch and any H, W (bilinear resize, antialiased when shrinking, inside the
-    graph); the TFLite model takes the model's own size and any batch, with builtin ops
+    takes any batch and any H, W (bilinear resize inside the graph, with ops that ONNX,
+    TF.js and Core ML converters take); the TFLite model takes the model's own size and any batch, with builtin ops
     only: a model that would need Flex (Select TF) ops is refused, naming the ops.
 
     After writing to a temporary path, the export is run on `samples` and compared with
@@ -275,6 +275,9 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
             (`dynamic_image_size=True`).
         resize: SavedModel only: False serves each batch at its own size (multiples of the
             patch size; no resize in the graph), as a model of any size does in Keras.
+        antialias: SavedModel only: antialias the resize where it shrinks (TensorFlow's
+            ScaleAndTranslate op). TensorFlow-only: tf2onnx, tensorflowjs_converter and
+            coremltools refuse that op.
 
     Returns:
         The metadata dict written to `PATH.json`, with the parity report under "parity".
@@ -288,6 +291,7 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
     format = _format_of(path, format)
     recipe = _recipe_data(model)
     meta_path = _check_request(path, format, quantize, representative_images, recipe, overwrite, image_sizes, resize)
+    _check_antialias(format, resize, antialias)
 
     model, source = _load_model(model)
     native = check_exportable(model)
@@ -316,7 +320,7 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
 
     with atomic_path(path, overwrite=overwrite, suffix=".tflite" if format == "tflite" else "") as tmp:
         exported = _write_export(graph, tmp, path, format, quantize, calibration, calibration_source, model.name,
-                                 sizes, resize)
+                                 sizes, resize, antialias)
         reports = {}
         for i, size in enumerate(sizes):
             images = sample_images if size == graph.image_size else resize_images(sample_images, size)
@@ -325,7 +329,7 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
                      "" if len(sizes) == 1 else f" at {size[0]}x{size[1]}")
             reports[size] = _check_parity(graph, run, images, labels, kind, quantize, format, model.name, path)
         report = dict(reports[sizes[0]], sample_source=sample_source)
-        metadata = _metadata(model, source, format, quantize, graph, report, sizes, resize)
+        metadata = _metadata(model, source, format, quantize, graph, report, sizes, resize, antialias)
         if len(sizes) > 1:
             metadata["parity_by_size"] = {f"{h}x{w}": r for (h, w), r in reports.items()}
         if calibration is not None:
@@ -365,6 +369,12 @@ def _check_request(path, format, quantize, representative_images, recipe, overwr
         if os.path.exists(target) and not overwrite:
             raise FileExistsError(f"{target} exists; pass overwrite=True (--overwrite) to replace it.")
     return meta_path
+
+
+def _check_antialias(format, resize, antialias):
+    if antialias and (format != "saved_model" or not resize):
+        raise ValueError("antialias (--antialias) applies to a SavedModel that resizes in its graph; "
+                         f"this {format} export has no resize in its graph.")
 
 
 def _sample_images(model, image_size, samples, recipe, split, max_samples, seed):
@@ -412,10 +422,11 @@ def _export_sizes(model, native, format, image_sizes, resize):
     return sizes
 
 
-def _write_export(graph, tmp, path, format, quantize, calibration, calibration_source, name, sizes, resize):
+def _write_export(graph, tmp, path, format, quantize, calibration, calibration_source, name, sizes, resize,
+                  antialias=False):
     """Writes the SavedModel or the .tflite file to `tmp`; the export, loaded as a Classifier per signature."""
     if format == "saved_model":
-        graph.write_saved_model(tmp, resize=resize)
+        graph.write_saved_model(tmp, resize=resize, antialias=antialias)
         log.info("wrote the SavedModel: serving_default takes uint8 images of any size%s -> %s",
                  "" if resize else " (multiples of the patch size, no resize)", ", ".join(graph.output_names))
         return [saved_model_classifier(tmp, {})]
@@ -459,7 +470,7 @@ def _check_parity(graph, exported, images, labels, kind, quantize, format, name,
     return report
 
 
-def _metadata(model, source, format, quantize, graph, report, sizes, resize):
+def _metadata(model, source, format, quantize, graph, report, sizes, resize, antialias=False):
     """What goes beside an export as JSON: its input, preprocessing, outputs, classes and parity."""
     from keras_vit import __version__
 
@@ -476,7 +487,8 @@ def _metadata(model, source, format, quantize, graph, report, sizes, resize):
         "signatures": ({signature_name(i, size): [None, *size, 3] for i, size in enumerate(sizes)}
                        if format == "tflite" else {"serving_default": [None, None, None, 3]}),
         "resize": resizes,
-        "preprocessing": (("bilinear resize to %dx%d (antialiased when shrinking), " % image_size
+        "preprocessing": (("bilinear resize to %dx%d%s, " % (*image_size, " (antialiased when shrinking)"
+                                                              if antialias else "")
                            if resizes else "") + _scaling_text(model)),
         "outputs": graph.output_names,
         "classes": int(model.classes),

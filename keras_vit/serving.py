@@ -138,8 +138,10 @@ class ServingGraph:
         logits = tf.cast(logits, tf.float32)
         return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1), **outputs}
 
-    def serving_function(self, resize):
-        """uint8 images -> outputs; with `resize`, images of any size are resized first."""
+    def serving_function(self, resize, antialias=False):
+        """uint8 images -> outputs; with `resize`, images of any size are resized first (bilinear;
+        `antialias` filters a shrinking dimension, as TensorFlow's ScaleAndTranslate op, which
+        ONNX, TF.js and Core ML converters refuse)."""
         import tensorflow as tf
 
         h, w = self.image_size
@@ -148,8 +150,9 @@ class ServingGraph:
             x = tf.cast(images, tf.float32)
             if resize:
                 # Antialiasing only changes a dimension that shrinks: enlarging stays plain bilinear.
-                x = tf.image.resize(x, (h, w), method="bilinear", antialias=True)
-                x = tf.ensure_shape(x, (None, h, w, 3))
+                x = tf.image.resize(x, (h, w), method="bilinear", antialias=antialias)
+                # A static shape for the layers below, without an EnsureShape op (converters refuse it).
+                x.set_shape((None, h, w, 3))
             return self(preprocess_input(x, model=self.model))
 
         return serve
@@ -165,7 +168,7 @@ class ServingGraph:
             shape = (None,) + tuple(size or self.image_size) + (3,)
         return tf.TensorSpec(shape, tf.uint8, name=INPUT_NAME)
 
-    def write_saved_model(self, path, resize, sizes=None):
+    def write_saved_model(self, path, resize, sizes=None, antialias=False):
         """One signature, or with `sizes` one per size (`signature_name`: serving_default first)."""
         import keras
 
@@ -173,7 +176,8 @@ class ServingGraph:
         archive.track(self.model)
         for i, size in enumerate(sizes or [None]):
             archive.add_endpoint(signature_name(i, size) if size else "serving_default",
-                                 self.serving_function(resize), input_signature=[self.input_spec(resize, size)])
+                                 self.serving_function(resize, antialias),
+                                 input_signature=[self.input_spec(resize, size)])
         archive.write_out(path, verbose=False)
 
 
