@@ -44,6 +44,7 @@ from keras_vit.serving import (  # noqa: F401 (public here too)
     load_classifier,
     metadata_path,
     model_format,
+    onnx_classifier,
     saved_model_classifier,
     signature_name,
     tflite_classifier,
@@ -51,7 +52,7 @@ from keras_vit.serving import (  # noqa: F401 (public here too)
 
 log = logging.getLogger("keras_vit")
 
-FORMATS = ("saved_model", "tflite")
+FORMATS = ("saved_model", "tflite", "onnx")
 QUANTIZATIONS = ("float16", "dynamic", "int8")
 FLOAT32_TOLERANCE = 1e-4
 
@@ -209,10 +210,10 @@ def format_parity(report):
 def _format_of(path, format):
     path = os.fspath(path)
     if format is None:
-        format = "tflite" if path.endswith(".tflite") else "saved_model"
+        format = "tflite" if path.endswith(".tflite") else "onnx" if path.endswith(".onnx") else "saved_model"
     if format not in FORMATS:
         raise ValueError(f"Unknown export format {format!r}; use one of {FORMATS}.")
-    if format == "saved_model" and path.endswith((".tflite", ".keras", ".h5", ".json")):
+    if format == "saved_model" and path.endswith((".tflite", ".keras", ".h5", ".json", ".onnx")):
         raise ValueError(f"a SavedModel is a folder; {path} looks like a file name (use --format tflite for .tflite).")
     return format
 
@@ -230,7 +231,7 @@ def _load_model(model):
 def export_model(model, path, format=None, *, quantize=None, attention=False, representative_images=None,
                  samples=None, max_samples=1000, calibration_images=200, overwrite=False, seed=0,
                  image_sizes=None, resize=True, antialias=False):
-    """Exports a keras-vit model as a SavedModel or a TFLite file, checked against Keras.
+    """Exports a keras-vit model as a SavedModel, a TFLite or an ONNX file, checked against Keras.
 
     The `serving_default` signature takes uint8 RGB images (N, H, W, 3) and returns
     `{"logits", "probabilities"}` (true logits from the head, and their softmax; with
@@ -250,7 +251,9 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
         model: a `keras_vit.VisionTransformer` or the path of a `.keras` file. A model
             built under mixed_bfloat16 is exported from a float32 copy of its weights.
         path: the SavedModel folder or the `.tflite` file to write.
-        format: "saved_model" or "tflite"; default from `path` (".tflite" or not).
+        format: "saved_model", "tflite" or "onnx" (tf2onnx's conversion of the SavedModel's
+            graph, resize inside, checked in ONNX Runtime; the `onnx` extra); default from
+            `path` (".tflite", ".onnx", else a SavedModel folder).
         quantize: TFLite only: None (float32), "float16", "dynamic" (int8 weights) or
             "int8" (int8 weights and activations, calibrated on `representative_images`).
         attention: also output each block's attention maps.
@@ -292,6 +295,8 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
     recipe = _recipe_data(model)
     meta_path = _check_request(path, format, quantize, representative_images, recipe, overwrite, image_sizes, resize)
     _check_antialias(format, resize, antialias)
+    if format == "onnx":
+        _check_onnx(image_sizes)
 
     model, source = _load_model(model)
     native = check_exportable(model)
@@ -318,7 +323,7 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
             representative_images, graph.image_size, labelled=False, split=calibration_split,
             max_images=calibration_images, seed=seed + 1, what="representative images")
 
-    with atomic_path(path, overwrite=overwrite, suffix=".tflite" if format == "tflite" else "") as tmp:
+    with atomic_path(path, overwrite=overwrite, suffix={"tflite": ".tflite", "onnx": ".onnx"}.get(format, "")) as tmp:
         exported = _write_export(graph, tmp, path, format, quantize, calibration, calibration_source, model.name,
                                  sizes, resize, antialias)
         reports = {}
@@ -330,6 +335,8 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
             reports[size] = _check_parity(graph, run, images, labels, kind, quantize, format, model.name, path)
         report = dict(reports[sizes[0]], sample_source=sample_source)
         metadata = _metadata(model, source, format, quantize, graph, report, sizes, resize, antialias)
+        if format == "onnx":
+            metadata.update(_onnx_metadata())
         if len(sizes) > 1:
             metadata["parity_by_size"] = {f"{h}x{w}": r for (h, w), r in reports.items()}
         if calibration is not None:
@@ -375,6 +382,23 @@ def _check_antialias(format, resize, antialias):
     if antialias and (format != "saved_model" or not resize):
         raise ValueError("antialias (--antialias) applies to a SavedModel that resizes in its graph; "
                          f"this {format} export has no resize in its graph.")
+
+
+def _check_onnx(image_sizes):
+    """An ONNX export resizes in its graph, as the default SavedModel; tf2onnx and ONNX Runtime are there."""
+    from keras_vit._optional import require
+
+    if image_sizes:
+        raise ValueError("image_sizes (--image-size) do not apply to an ONNX export: it takes any size and "
+                         "resizes it to the model's.")
+    require("tf2onnx", "onnx", what="ONNX export")
+    require("onnxruntime", "onnx", what="the ONNX export's check in ONNX Runtime")
+
+
+def _onnx_metadata():
+    from keras_vit import onnx
+
+    return {"signatures": None, "onnx": onnx.versions()}
 
 
 def _sample_images(model, image_size, samples, recipe, split, max_samples, seed):
@@ -425,6 +449,16 @@ def _export_sizes(model, native, format, image_sizes, resize):
 def _write_export(graph, tmp, path, format, quantize, calibration, calibration_source, name, sizes, resize,
                   antialias=False):
     """Writes the SavedModel or the .tflite file to `tmp`; the export, loaded as a Classifier per signature."""
+    if format == "onnx":
+        from keras_vit import onnx
+
+        log.info("converting the SavedModel to ONNX (tf2onnx, opset %d)", onnx.OPSET)
+        content = onnx.convert(graph, path, name)
+        with open(tmp, "wb") as f:
+            f.write(content)
+        log.info("converted: %s; images uint8 (batch, height, width, 3), resized inside -> %s",
+                 _size_text(len(content)), ", ".join(graph.output_names))
+        return [onnx_classifier(tmp, {}, content=content)]
     if format == "saved_model":
         graph.write_saved_model(tmp, resize=resize, antialias=antialias)
         log.info("wrote the SavedModel: serving_default takes uint8 images of any size%s -> %s",
@@ -475,7 +509,7 @@ def _metadata(model, source, format, quantize, graph, report, sizes, resize, ant
     from keras_vit import __version__
 
     image_size = sizes[0] if format == "tflite" else graph.image_size
-    resizes = format == "saved_model" and resize
+    resizes = format != "tflite" and resize
     return {
         "keras_vit": __version__,
         "format": format,
@@ -483,7 +517,7 @@ def _metadata(model, source, format, quantize, graph, report, sizes, resize, ant
         "source": source,
         "image_size": list(image_size),
         "input": {"name": INPUT_NAME, "dtype": "uint8",
-                  "shape": [None, None, None, 3] if format == "saved_model" else [None, *image_size, 3]},
+                  "shape": [None, *image_size, 3] if format == "tflite" else [None, None, None, 3]},
         "signatures": ({signature_name(i, size): [None, *size, 3] for i, size in enumerate(sizes)}
                        if format == "tflite" else {"serving_default": [None, None, None, 3]}),
         "resize": resizes,

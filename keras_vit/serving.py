@@ -190,14 +190,15 @@ class ServingGraph:
 
 
 class Classifier:
-    """A keras-vit image classifier from a `.keras` file, a SavedModel or a `.tflite` file.
+    """A keras-vit image classifier from a `.keras` file, a SavedModel, a `.tflite` or `.onnx` file.
 
     Call it on uint8 RGB images (N, H, W, 3) to get numpy outputs `{"logits",
-    "probabilities", ...}`. `.keras` models and SavedModels take any H, W (resized inside,
-    as the SavedModel's graph does); a `.tflite` model takes its own size, so other sizes
-    are resized here first (the same resize, rounded to uint8).
+    "probabilities", ...}`. `.keras` models, SavedModels and ONNX exports take any H, W
+    (resized inside, as the SavedModel's graph does); a `.tflite` model takes its own size,
+    so other sizes are resized here first (bilinear, antialiased when shrinking, rounded to
+    uint8).
 
-    Attributes: `format` ("keras", "saved_model" or "tflite"), `path`, `image_size`
+    Attributes: `format` ("keras", "saved_model", "tflite" or "onnx"), `path`, `image_size`
     ((h, w), None when unknown), `class_names` (None when the export has none).
     """
 
@@ -324,8 +325,35 @@ def tflite_classifier(path, metadata, content=None, signature="serving_default")
                       metadata=metadata)
 
 
+def onnx_classifier(path, metadata, content=None):
+    """An ONNX export (`export_model(..., format="onnx")`) run by ONNX Runtime on the CPU."""
+    from keras_vit._optional import require
+
+    ort = require("onnxruntime", "onnx", what="running ONNX models")
+    try:
+        session = ort.InferenceSession(content if content is not None else path, providers=["CPUExecutionProvider"])
+    except Exception as e:
+        raise ValueError(f"{path} cannot be loaded as an ONNX model: {e}") from None
+    inputs = session.get_inputs()
+    shape = inputs[0].shape if len(inputs) == 1 else None
+    if shape is None or inputs[0].type != "tensor(uint8)" or len(shape) != 4 or shape[-1] != 3:
+        raise ValueError(f"{path} is not a keras-vit export: it takes "
+                         f"{', '.join(f'{i.name} {i.type} {i.shape}' for i in inputs)}, not uint8 images (N, H, W, 3).")
+    name, outputs = inputs[0].name, [o.name for o in session.get_outputs()]
+
+    def run(images):
+        return dict(zip(outputs, session.run(outputs, {name: images})))
+
+    # the export resizes inside, as the SavedModel; a fixed-size ONNX graph gets images resized here
+    fixed_size = all(isinstance(s, int) for s in shape[1:3])
+    image_size = shape[1:3] if fixed_size else metadata.get("image_size")
+    return Classifier(path, "onnx", run, image_size, metadata.get("class_names"), fixed_size=fixed_size,
+                      metadata=metadata)
+
+
 def model_format(path):
-    """"keras", "saved_model" or "tflite", by content; a ValueError names a path that is none."""
+    """"keras", "saved_model", "tflite" or "onnx", by content (ONNX: by the .onnx name); a ValueError
+    names a path that is none."""
     path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"model {path} does not exist.")
@@ -347,14 +375,16 @@ def model_format(path):
         if path.endswith(".tflite"):
             raise ValueError(f"{path} is not a valid .tflite file (no TFL3 flatbuffer identifier): damaged or "
                              "not a TFLite model.")
+        if path.endswith(".onnx"):  # a protobuf has no identifier: ONNX Runtime tells a damaged one
+            return "onnx"
     raise ValueError(
         f"{path} is not a model keras-vit can run: expected a .keras file, a SavedModel folder "
-        "(with saved_model.pb) or a .tflite file."
+        "(with saved_model.pb), a .tflite file or a .onnx file."
     )
 
 
 def load_classifier(path):
-    """Loads a `.keras` file, a SavedModel folder or a `.tflite` file as a `Classifier`.
+    """Loads a `.keras` file, a SavedModel folder, a `.tflite` or a `.onnx` file as a `Classifier`.
 
     Class names come from the `.keras` model, or from the export's metadata JSON
     (`PATH.json`, or `assets.extra/keras_vit.json` inside a SavedModel).
@@ -371,6 +401,8 @@ def load_classifier(path):
     metadata = _read_metadata(path)
     if fmt == "saved_model":
         return saved_model_classifier(path, metadata)
+    if fmt == "onnx":
+        return onnx_classifier(path, metadata)
     return tflite_classifier(path, metadata)
 
 

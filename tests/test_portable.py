@@ -90,3 +90,94 @@ def test_antialias_is_an_opt_in_tensorflow_only_resize(tiny_model, images, tmp_p
     with pytest.raises(ValueError, match="antialias"):
         export_model(tiny_model, tmp_path / "nr", resize=False, antialias=True)
     assert sorted(os.listdir(tmp_path)) == ["aa", "aa.json", "plain", "plain.json"]
+
+
+onnxruntime = pytest.importorskip("onnxruntime", reason="ONNX export needs the onnx extra: pip install -e '.[onnx]'")
+pytest.importorskip("tf2onnx", reason="ONNX export needs the onnx extra: pip install -e '.[onnx]'")
+
+
+@pytest.fixture(scope="module")
+def onnx_export(tiny_model, tmp_path_factory):
+    path = tmp_path_factory.mktemp("onnx") / "tiny.onnx"
+    return str(path), export_model(tiny_model, path)
+
+
+def test_onnx_export_matches_keras_by_name_any_batch_and_size(onnx_export, tiny_model, images):
+    path, metadata = onnx_export
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    (given,) = session.get_inputs()
+    assert given.name == "images" and given.type == "tensor(uint8)"
+    assert given.shape == ["batch", "height", "width", 3]
+    assert [(o.name, o.shape) for o in session.get_outputs()] == [("logits", ["batch", 7]),
+                                                                 ("probabilities", ["batch", 7])]
+    saved_model = pathlib.Path(path).parent / "sm"
+    export_model(tiny_model, saved_model)
+    saved = load_classifier(str(saved_model))
+    for batch, size in [(1, (32, 32)), (6, (45, 37)), (2, (20, 64))]:
+        x = images[:batch] if size == (45, 37) else np.random.default_rng(batch).integers(
+            0, 256, (batch, *size, 3), dtype=np.uint8)
+        logits, probabilities = session.run(["logits", "probabilities"], {"images": x})
+        expected = saved(x)
+        assert logits.shape == (batch, 7)
+        assert np.abs(logits - expected["logits"]).max() <= 1e-4, (batch, size)
+        assert np.abs(probabilities - expected["probabilities"]).max() <= 1e-5
+
+    assert metadata["format"] == "onnx" and metadata["outputs"] == ["logits", "probabilities"]
+    assert metadata["input"]["shape"] == [None, None, None, 3] and metadata["resize"] is True
+    assert metadata["onnx"]["opset"] == 17 and metadata["class_names"] == [f"c{i}" for i in range(7)]
+    report = metadata["parity"]
+    assert report["tolerance"] == 1e-4 and report["max_abs_logit_diff"] <= 1e-4 and report["samples"] == 32
+    assert json.loads(pathlib.Path(metadata_path(path)).read_text()) == metadata
+    classifier = load_classifier(path)
+    assert classifier.format == "onnx" and classifier.class_names == [f"c{i}" for i in range(7)]
+    assert classifier.image_size == (32, 32) and not classifier.fixed_size
+
+
+def test_onnx_conversion_logging_an_unsupported_op_writes_nothing(tiny_model, tmp_path, monkeypatch):
+    from keras_vit.serving import ServingGraph as Graph
+
+    # The antialiased resize's ScaleAndTranslate: tf2onnx logs it and would write a model ONNX Runtime refuses.
+    write = Graph.write_saved_model
+    monkeypatch.setattr(Graph, "write_saved_model",
+                        lambda self, path, resize, sizes=None, antialias=False: write(self, path, resize, sizes, True))
+    with pytest.raises(ValueError, match=r"ONNX conversion of tiny_vit failed: tf2onnx: .*ScaleAndTranslate.*"
+                                         r"Nothing was written to .*bad\.onnx"):
+        export_model(tiny_model, tmp_path / "bad.onnx")
+    assert os.listdir(tmp_path) == []
+
+
+def test_onnx_requests_that_do_not_apply_are_refused(tiny_model, tmp_path):
+    with pytest.raises(ValueError, match="antialias"):
+        export_model(tiny_model, tmp_path / "a.onnx", antialias=True)
+    with pytest.raises(ValueError, match=r"image_sizes \(--image-size\) do not apply to an ONNX export"):
+        export_model(tiny_model, tmp_path / "a.onnx", image_sizes=[48])
+    with pytest.raises(ValueError, match="quantization"):
+        export_model(tiny_model, tmp_path / "a.onnx", quantize="float16")
+    with pytest.raises(ValueError, match="looks like a file name"):
+        export_model(tiny_model, tmp_path / "a.onnx", format="saved_model")
+    assert os.listdir(tmp_path) == []
+
+
+def test_cli_exports_onnx_and_predicts_with_it(tiny_model, tmp_path, capfd):
+    from keras_vit.cli import main
+
+    out = tmp_path / "tiny.onnx"
+    assert main(["export", tiny_model, "--out", str(out)]) == 0
+    assert json.loads(pathlib.Path(metadata_path(out)).read_text())["format"] == "onnx"
+    files = sorted(str(p) for p in CIFAR10_SAMPLE.glob("cat/*.jpg"))
+    capfd.readouterr()
+    assert main(["predict", str(out), *files, "--top", "2"]) == 0
+    onnx_lines = capfd.readouterr().out.strip().splitlines()
+    assert main(["predict", tiny_model, *files, "--top", "2"]) == 0
+    keras_lines = capfd.readouterr().out.strip().splitlines()
+    assert len(onnx_lines) == 2 and [line.split(" ")[:2] for line in onnx_lines] == [
+        line.split(" ")[:2] for line in keras_lines]
+
+
+@pytest.mark.skipif(not SHIPPED_CIFAR10.exists(), reason=f"the shipped model {SHIPPED_CIFAR10} is not here")
+def test_shipped_cifar10_model_to_onnx_on_real_images(tmp_path):
+    metadata = export_model(SHIPPED_CIFAR10, tmp_path / "vit_cifar10.onnx", samples=CIFAR10_SAMPLE)
+    report = metadata["parity"]
+    assert report["samples"] == 20 and report["labelled"] and report["top1_agreement"] == 1.0
+    assert report["max_abs_logit_diff"] <= 1e-4
+    assert metadata["class_names"][3] == "cat"
