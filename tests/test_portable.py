@@ -181,3 +181,18 @@ def test_shipped_cifar10_model_to_onnx_on_real_images(tmp_path):
     assert report["samples"] == 20 and report["labelled"] and report["top1_agreement"] == 1.0
     assert report["max_abs_logit_diff"] <= 1e-4
     assert metadata["class_names"][3] == "cat"
+
+
+SHIPPED_ONNX = ROOT / "saved_models" / "vit_cifar10" / "exports" / "vit_cifar10.onnx"
+
+
+@pytest.mark.skipif(not SHIPPED_ONNX.exists() or not SHIPPED_CIFAR10.exists(),
+                    reason=f"{SHIPPED_ONNX} or {SHIPPED_CIFAR10} is not in this checkout")
+def test_shipped_onnx_export_still_matches_the_shipped_model():
+    files = sorted(str(p) for p in CIFAR10_SAMPLE.glob("*/*.jpg"))
+    images = np.stack([keras_vit.load_image(f) for f in files])
+    reference, exported = load_classifier(SHIPPED_CIFAR10), load_classifier(SHIPPED_ONNX)
+    assert exported.format == "onnx" and exported.class_names == reference.class_names
+    assert np.abs(exported(images)["logits"] - reference(images)["logits"]).max() <= 1e-4
+    report = json.loads(pathlib.Path(metadata_path(SHIPPED_ONNX)).read_text())["parity"]
+    assert report["samples"] == 10000 and report["labelled"] and report["max_abs_logit_diff"] <= 1e-4
