@@ -196,3 +196,23 @@ def test_shipped_onnx_export_still_matches_the_shipped_model():
     assert np.abs(exported(images)["logits"] - reference(images)["logits"]).max() <= 1e-4
     report = json.loads(pathlib.Path(metadata_path(SHIPPED_ONNX)).read_text())["parity"]
     assert report["samples"] == 10000 and report["labelled"] and report["max_abs_logit_diff"] <= 1e-4
+
+
+def _raw_output_names(path):
+    """The names of a .tflite file's raw output tensors, in `get_output_details()` order."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=str(path))
+    by_index = {d["index"]: name for name, d in interpreter.get_signature_runner().get_output_details().items()}
+    return [by_index[d["index"]] for d in interpreter.get_output_details()]
+
+
+def test_raw_tflite_outputs_come_logits_first_as_the_readme_says(tiny_model, tmp_path):
+    """README "Serving": clients that read raw tensors (no signature runner) get logits, then probabilities."""
+    export_model(tiny_model, tmp_path / "tiny.tflite")
+    assert _raw_output_names(tmp_path / "tiny.tflite") == ["logits", "probabilities"]
+    shipped = sorted((ROOT / "saved_models" / "vit_cifar10" / "exports").glob("*.tflite"))
+    for path in shipped:  # each two-output file (a single-output classifier has nothing to order)
+        names = _raw_output_names(path)
+        assert names == ["logits", "probabilities"] or names == ["probabilities"], (path.name, names)
+    assert shipped or not SHIPPED_CIFAR10.exists()
