@@ -216,3 +216,75 @@ def test_raw_tflite_outputs_come_logits_first_as_the_readme_says(tiny_model, tmp
         names = _raw_output_names(path)
         assert names == ["logits", "probabilities"] or names == ["probabilities"], (path.name, names)
     assert shipped or not SHIPPED_CIFAR10.exists()
+
+
+# TF.js and Core ML converters install TensorFlow 2.19 (and pin its protobuf), so they cannot live beside
+# this TensorFlow: the checks below run them from a virtual environment of their own, when named.
+TFJS_PYTHON = os.environ.get("KERAS_VIT_TFJS_PYTHON")    # a python with tensorflowjs (4.22 checked)
+TFJS_NODE_PATH = os.environ.get("KERAS_VIT_TFJS_NODE_PATH")  # a node_modules with @tensorflow/tfjs
+COREML_PYTHON = os.environ.get("KERAS_VIT_COREML_PYTHON")  # a python with coremltools and tensorflow
+CLIENT_SETUP = ("python -m venv V && V/bin/pip install tensorflowjs 'ydf<0.13' (TF.js: the converter imports "
+                "ydf, whose 0.16 protobuf code breaks the import; then npm install @tensorflow/tfjs in a folder "
+                "and point at its node_modules), or V/bin/pip install coremltools tensorflow==2.19.0 (Core ML)")
+
+
+def _quiet_run(command, **kwargs):
+    import subprocess
+
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **kwargs.pop("env", {})}
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, **kwargs)
+
+
+@pytest.mark.skipif(not (TFJS_PYTHON and TFJS_NODE_PATH),
+                    reason="TF.js check: set KERAS_VIT_TFJS_PYTHON and KERAS_VIT_TFJS_NODE_PATH (" + CLIENT_SETUP + ")")
+def test_tfjs_converts_and_runs_the_default_saved_model(tiny_model, images, tmp_path):
+    export_model(tiny_model, tmp_path / "sm")
+    export_model(tiny_model, tmp_path / "aa", antialias=True)
+    convert = [TFJS_PYTHON, "-m", "tensorflowjs.converters.converter", "--input_format=tf_saved_model",
+               "--output_format=tfjs_graph_model", "--signature_name=serving_default"]
+    refused = _quiet_run(convert + [str(tmp_path / "aa"), str(tmp_path / "aa_web")])
+    assert refused.returncode != 0 and "Unsupported Ops" in refused.stderr and "ScaleAndTranslate" in refused.stderr
+    done = _quiet_run(convert + [str(tmp_path / "sm"), str(tmp_path / "web")])
+    assert done.returncode == 0, done.stderr[-2000:]
+
+    saved = load_classifier(str(tmp_path / "sm"))
+    script = str(DATA / "clients" / "tfjs_run.js")
+    for x in (images, np.random.default_rng(2).integers(0, 256, (2, 32, 32, 3), dtype=np.uint8)):
+        x.tofile(tmp_path / "x.u8")
+        run = _quiet_run(["node", script, str(tmp_path / "web"), str(tmp_path / "x.u8"), *map(str, x.shape[:3])],
+                         env={"NODE_PATH": TFJS_NODE_PATH})
+        assert run.returncode == 0, run.stderr[-2000:]
+        outputs = json.loads(run.stdout.strip().splitlines()[-1])["outputs"]
+        # the converter drops the signature's output names: Identity is logits, Identity_1 probabilities
+        got = {name: np.reshape(o["data"], o["shape"]) for name, o in outputs.items()}
+        expected = saved(x)
+        assert np.abs(got["Identity"] - expected["logits"]).max() <= 1e-4
+        assert np.abs(got["Identity_1"] - expected["probabilities"]).max() <= 1e-5
+
+
+COREML_CONVERT = """
+import sys
+import coremltools as ct
+import numpy as np
+try:
+    model = ct.convert(sys.argv[1], source="tensorflow", convert_to="mlprogram",
+                       inputs=[ct.TensorType(name="images", shape=(1, 32, 32, 3), dtype=np.int32)])
+except Exception as e:
+    print("FAILED", type(e).__name__, e)
+    sys.exit(1)
+model.save(sys.argv[2])
+print("OUTPUTS", *[o.name for o in model.get_spec().description.output])
+"""
+
+
+@pytest.mark.skipif(not COREML_PYTHON, reason="Core ML check: set KERAS_VIT_COREML_PYTHON (" + CLIENT_SETUP + ")")
+def test_coreml_converts_the_default_saved_model(tiny_model, tmp_path):
+    """Conversion only: Core ML predicts on macOS alone."""
+    export_model(tiny_model, tmp_path / "sm")
+    export_model(tiny_model, tmp_path / "aa", antialias=True)
+    refused = _quiet_run([COREML_PYTHON, "-c", COREML_CONVERT, str(tmp_path / "aa"), str(tmp_path / "aa.mlpackage")])
+    assert refused.returncode == 1 and "Conversion for TF op 'ScaleAndTranslate' not implemented" in refused.stdout
+    done = _quiet_run([COREML_PYTHON, "-c", COREML_CONVERT, str(tmp_path / "sm"), str(tmp_path / "vit.mlpackage")])
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "OUTPUTS Identity Identity_1" in done.stdout
+    assert (tmp_path / "vit.mlpackage" / "Manifest.json").is_file()
