@@ -1,4 +1,4 @@
-"""SavedModel and TFLite export with the preprocessing inside, checked against Keras.
+"""SavedModel, TFLite and ONNX export with the preprocessing inside, checked against Keras.
 
 An exported model takes what a camera or a decoder gives: uint8 RGB images (N, H, W, 3).
 Its `serving_default` signature resizes (SavedModel only: bilinear; antialiased when
@@ -11,10 +11,11 @@ place; the comparison (the parity report) and the class names go beside it as JS
     vit.tflite.json     metadata + parity  vit_savedmodel.json  (a copy also inside, in
                                                                  assets.extra/keras_vit.json)
 
-This module writes and checks exports: TFLite conversion, the parity check, the metadata.
-The serving function and running exports (`load_classifier`, `Classifier`) live in
-keras_vit/serving.py, reading image sets (`load_image_set`) in keras_vit/data.py; both are
-re-exported here, where they were first.
+This module writes and checks exports: TFLite conversion, the parity check, the metadata;
+`vit.onnx` (+ `vit.onnx.json`) comes from keras_vit/onnx.py (tf2onnx). The serving function
+and running exports (`load_classifier`, `Classifier`) live in keras_vit/serving.py, reading
+image sets (`load_image_set`) in keras_vit/data.py; both are re-exported here, where they
+were first.
 """
 
 import contextlib
