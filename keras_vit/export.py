@@ -251,7 +251,7 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
     Args:
         model: a `keras_vit.VisionTransformer` or the path of a `.keras` file. A model
             built under mixed_bfloat16 is exported from a float32 copy of its weights.
-        path: the SavedModel folder or the `.tflite` file to write.
+        path: the SavedModel folder, the `.tflite` or the `.onnx` file to write.
         format: "saved_model", "tflite" or "onnx" (tf2onnx's conversion of the SavedModel's
             graph, resize inside, checked in ONNX Runtime; the `onnx` extra); default from
             `path` (".tflite", ".onnx", else a SavedModel folder).
@@ -290,6 +290,7 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
     >>> metadata = export_model("vit.keras", "vit.tflite", quantize="int8",
     ...                         representative_images="cifar10/train", samples="cifar10/test")
     >>> metadata["parity"]["top1_agreement"], metadata["parity"]["export_accuracy"]
+    >>> export_model("vit.keras", "vit.onnx", samples="cifar10/test")["parity"]["max_abs_logit_diff"]
     """
     path = os.path.abspath(os.fspath(path)).rstrip(os.sep)
     format = _format_of(path, format)
