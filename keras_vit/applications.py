@@ -194,7 +194,8 @@ def load_image(path, size=None):
 
     JPEG, PNG, GIF (first frame), BMP and WebP are read; grayscale images are converted to RGB
     and RGBA images lose their alpha channel, with a log line saying so. With `size`
-    (int or (height, width)) the image is resized as exported models do: bilinear, with
+    (int or (height, width)) the image is resized as `Classifier` resizes for a `.tflite`
+    file (and as a SavedModel exported with `antialias=True` does): bilinear, with
     antialiasing when shrinking, rounded back to uint8.
 
     Raises:

@@ -70,6 +70,7 @@ def _export(args):
         overwrite=args.overwrite,
         image_sizes=args.image_size,
         resize=not args.no_resize,
+        antialias=args.antialias,
     )
 
 
@@ -191,7 +192,7 @@ def _image_size(text):
 def _add_export(commands):
     p = commands.add_parser(
         "export",
-        help=".keras model -> SavedModel or TFLite, preprocessing inside, checked against Keras",
+        help=".keras model -> SavedModel, TFLite or ONNX, preprocessing inside, checked against Keras",
         description="Exports MODEL with a serving_default signature taking uint8 RGB images (N, H, W, 3) and "
         "returning logits and probabilities; the SavedModel resizes any H, W inside, the TFLite model takes the "
         "model's size. The export is compared with Keras on sample images (max |logit diff|, top-1 agreement, "
@@ -199,8 +200,9 @@ def _add_export(commands):
         "report are written to OUT.json.",
     )
     p.add_argument("model", help="a keras-vit model (.keras)")
-    p.add_argument("--format", choices=("saved_model", "tflite"), default=None,
-                   help="default: tflite when --out ends in .tflite, else saved_model")
+    p.add_argument("--format", choices=("saved_model", "tflite", "onnx"), default=None,
+                   help="default: tflite when --out ends in .tflite, onnx when it ends in .onnx, else saved_model "
+                   "(onnx: tf2onnx + onnxruntime, pip install 'keras-vit[onnx]')")
     p.add_argument("--quantize", choices=("float16", "dynamic", "int8"), default=None,
                    help="TFLite: float16 weights, dynamic-range int8 weights, or full int8 (calibrated on "
                    "--representative)")
@@ -225,7 +227,10 @@ def _add_export(commands):
     p.add_argument("--no-resize", action="store_true",
                    help="SavedModel: no resize in the graph; each batch runs at its own size (multiples of the "
                    "patch size), position embeddings resampled in the graph")
-    p.add_argument("--out", required=True, help="SavedModel folder or .tflite file to write")
+    p.add_argument("--antialias", action="store_true",
+                   help="SavedModel: antialias the resize where it shrinks (TensorFlow's ScaleAndTranslate op; "
+                   "TensorFlow only: tf2onnx, tensorflowjs_converter and coremltools refuse it)")
+    p.add_argument("--out", required=True, help="SavedModel folder, .tflite or .onnx file to write")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     p.set_defaults(func=_export)
 

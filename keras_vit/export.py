@@ -1,8 +1,8 @@
-"""SavedModel and TFLite export with the preprocessing inside, checked against Keras.
+"""SavedModel, TFLite and ONNX export with the preprocessing inside, checked against Keras.
 
 An exported model takes what a camera or a decoder gives: uint8 RGB images (N, H, W, 3).
-Its `serving_default` signature resizes (SavedModel only: bilinear, antialiased when
-shrinking), scales to [-1, 1] as `preprocess_input` and returns a dict
+Its `serving_default` signature resizes (SavedModel only: bilinear; antialiased when
+shrinking only on request, a TensorFlow-only op), scales to [-1, 1] as `preprocess_input` and returns a dict
 `{"logits", "probabilities"}` (+ `"attention_0"`, ... with `attention=True`). Every export
 is run once on sample images and compared with the Keras model before it is renamed into
 place; the comparison (the parity report) and the class names go beside it as JSON:
@@ -11,10 +11,11 @@ place; the comparison (the parity report) and the class names go beside it as JS
     vit.tflite.json     metadata + parity  vit_savedmodel.json  (a copy also inside, in
                                                                  assets.extra/keras_vit.json)
 
-This module writes and checks exports: TFLite conversion, the parity check, the metadata.
-The serving function and running exports (`load_classifier`, `Classifier`) live in
-keras_vit/serving.py, reading image sets (`load_image_set`) in keras_vit/data.py; both are
-re-exported here, where they were first.
+This module writes and checks exports: TFLite conversion, the parity check, the metadata;
+`vit.onnx` (+ `vit.onnx.json`) comes from keras_vit/onnx.py (tf2onnx). The serving function
+and running exports (`load_classifier`, `Classifier`) live in keras_vit/serving.py, reading
+image sets (`load_image_set`) in keras_vit/data.py; both are re-exported here, where they
+were first.
 """
 
 import contextlib
@@ -44,6 +45,7 @@ from keras_vit.serving import (  # noqa: F401 (public here too)
     load_classifier,
     metadata_path,
     model_format,
+    onnx_classifier,
     saved_model_classifier,
     signature_name,
     tflite_classifier,
@@ -51,7 +53,7 @@ from keras_vit.serving import (  # noqa: F401 (public here too)
 
 log = logging.getLogger("keras_vit")
 
-FORMATS = ("saved_model", "tflite")
+FORMATS = ("saved_model", "tflite", "onnx")
 QUANTIZATIONS = ("float16", "dynamic", "int8")
 FLOAT32_TOLERANCE = 1e-4
 
@@ -209,10 +211,10 @@ def format_parity(report):
 def _format_of(path, format):
     path = os.fspath(path)
     if format is None:
-        format = "tflite" if path.endswith(".tflite") else "saved_model"
+        format = "tflite" if path.endswith(".tflite") else "onnx" if path.endswith(".onnx") else "saved_model"
     if format not in FORMATS:
         raise ValueError(f"Unknown export format {format!r}; use one of {FORMATS}.")
-    if format == "saved_model" and path.endswith((".tflite", ".keras", ".h5", ".json")):
+    if format == "saved_model" and path.endswith((".tflite", ".keras", ".h5", ".json", ".onnx")):
         raise ValueError(f"a SavedModel is a folder; {path} looks like a file name (use --format tflite for .tflite).")
     return format
 
@@ -229,14 +231,14 @@ def _load_model(model):
 # Over 80 lines with its docstring (the CLI's --help and the README point here); the code is ~45.
 def export_model(model, path, format=None, *, quantize=None, attention=False, representative_images=None,
                  samples=None, max_samples=1000, calibration_images=200, overwrite=False, seed=0,
-                 image_sizes=None, resize=True):
-    """Exports a keras-vit model as a SavedModel or a TFLite file, checked against Keras.
+                 image_sizes=None, resize=True, antialias=False):
+    """Exports a keras-vit model as a SavedModel, a TFLite or an ONNX file, checked against Keras.
 
     The `serving_default` signature takes uint8 RGB images (N, H, W, 3) and returns
     `{"logits", "probabilities"}` (true logits from the head, and their softmax; with
     `attention=True` also `"attention_0"`, ... (N, heads, tokens, tokens)). The SavedModel
-    takes any batch and any H, W (bilinear resize, antialiased when shrinking, inside the
-    graph); the TFLite model takes the model's own size and any batch, with builtin ops
+    takes any batch and any H, W (bilinear resize inside the graph, with ops that ONNX,
+    TF.js and Core ML converters take); the TFLite model takes the model's own size and any batch, with builtin ops
     only: a model that would need Flex (Select TF) ops is refused, naming the ops.
 
     After writing to a temporary path, the export is run on `samples` and compared with
@@ -249,8 +251,10 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
     Args:
         model: a `keras_vit.VisionTransformer` or the path of a `.keras` file. A model
             built under mixed_bfloat16 is exported from a float32 copy of its weights.
-        path: the SavedModel folder or the `.tflite` file to write.
-        format: "saved_model" or "tflite"; default from `path` (".tflite" or not).
+        path: the SavedModel folder, the `.tflite` or the `.onnx` file to write.
+        format: "saved_model", "tflite" or "onnx" (tf2onnx's conversion of the SavedModel's
+            graph, resize inside, checked in ONNX Runtime; the `onnx` extra); default from
+            `path` (".tflite", ".onnx", else a SavedModel folder).
         quantize: TFLite only: None (float32), "float16", "dynamic" (int8 weights) or
             "int8" (int8 weights and activations, calibrated on `representative_images`).
         attention: also output each block's attention maps.
@@ -275,6 +279,9 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
             (`dynamic_image_size=True`).
         resize: SavedModel only: False serves each batch at its own size (multiples of the
             patch size; no resize in the graph), as a model of any size does in Keras.
+        antialias: SavedModel only: antialias the resize where it shrinks (TensorFlow's
+            ScaleAndTranslate op). TensorFlow-only: tf2onnx, tensorflowjs_converter and
+            coremltools refuse that op.
 
     Returns:
         The metadata dict written to `PATH.json`, with the parity report under "parity".
@@ -283,11 +290,15 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
     >>> metadata = export_model("vit.keras", "vit.tflite", quantize="int8",
     ...                         representative_images="cifar10/train", samples="cifar10/test")
     >>> metadata["parity"]["top1_agreement"], metadata["parity"]["export_accuracy"]
+    >>> export_model("vit.keras", "vit.onnx", samples="cifar10/test")["parity"]["max_abs_logit_diff"]
     """
     path = os.path.abspath(os.fspath(path)).rstrip(os.sep)
     format = _format_of(path, format)
     recipe = _recipe_data(model)
     meta_path = _check_request(path, format, quantize, representative_images, recipe, overwrite, image_sizes, resize)
+    _check_antialias(format, resize, antialias)
+    if format == "onnx":
+        _check_onnx(image_sizes)
 
     model, source = _load_model(model)
     native = check_exportable(model)
@@ -314,9 +325,9 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
             representative_images, graph.image_size, labelled=False, split=calibration_split,
             max_images=calibration_images, seed=seed + 1, what="representative images")
 
-    with atomic_path(path, overwrite=overwrite, suffix=".tflite" if format == "tflite" else "") as tmp:
+    with atomic_path(path, overwrite=overwrite, suffix={"tflite": ".tflite", "onnx": ".onnx"}.get(format, "")) as tmp:
         exported = _write_export(graph, tmp, path, format, quantize, calibration, calibration_source, model.name,
-                                 sizes, resize)
+                                 sizes, resize, antialias)
         reports = {}
         for i, size in enumerate(sizes):
             images = sample_images if size == graph.image_size else resize_images(sample_images, size)
@@ -325,7 +336,9 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
                      "" if len(sizes) == 1 else f" at {size[0]}x{size[1]}")
             reports[size] = _check_parity(graph, run, images, labels, kind, quantize, format, model.name, path)
         report = dict(reports[sizes[0]], sample_source=sample_source)
-        metadata = _metadata(model, source, format, quantize, graph, report, sizes, resize)
+        metadata = _metadata(model, source, format, quantize, graph, report, sizes, resize, antialias)
+        if format == "onnx":
+            metadata.update(_onnx_metadata())
         if len(sizes) > 1:
             metadata["parity_by_size"] = {f"{h}x{w}": r for (h, w), r in reports.items()}
         if calibration is not None:
@@ -365,6 +378,29 @@ def _check_request(path, format, quantize, representative_images, recipe, overwr
         if os.path.exists(target) and not overwrite:
             raise FileExistsError(f"{target} exists; pass overwrite=True (--overwrite) to replace it.")
     return meta_path
+
+
+def _check_antialias(format, resize, antialias):
+    if antialias and (format != "saved_model" or not resize):
+        raise ValueError("antialias (--antialias) applies to a SavedModel that resizes in its graph; "
+                         f"this {format} export has no resize in its graph.")
+
+
+def _check_onnx(image_sizes):
+    """An ONNX export resizes in its graph, as the default SavedModel; tf2onnx and ONNX Runtime are there."""
+    from keras_vit._optional import require
+
+    if image_sizes:
+        raise ValueError("image_sizes (--image-size) do not apply to an ONNX export: it takes any size and "
+                         "resizes it to the model's.")
+    require("tf2onnx", "onnx", what="ONNX export")
+    require("onnxruntime", "onnx", what="the ONNX export's check in ONNX Runtime")
+
+
+def _onnx_metadata():
+    from keras_vit import onnx
+
+    return {"signatures": None, "onnx": onnx.versions()}
 
 
 def _sample_images(model, image_size, samples, recipe, split, max_samples, seed):
@@ -412,10 +448,21 @@ def _export_sizes(model, native, format, image_sizes, resize):
     return sizes
 
 
-def _write_export(graph, tmp, path, format, quantize, calibration, calibration_source, name, sizes, resize):
+def _write_export(graph, tmp, path, format, quantize, calibration, calibration_source, name, sizes, resize,
+                  antialias=False):
     """Writes the SavedModel or the .tflite file to `tmp`; the export, loaded as a Classifier per signature."""
+    if format == "onnx":
+        from keras_vit import onnx
+
+        log.info("converting the SavedModel to ONNX (tf2onnx, opset %d)", onnx.OPSET)
+        content = onnx.convert(graph, path, name)
+        with open(tmp, "wb") as f:
+            f.write(content)
+        log.info("converted: %s; images uint8 (batch, height, width, 3), resized inside -> %s",
+                 _size_text(len(content)), ", ".join(graph.output_names))
+        return [onnx_classifier(tmp, {}, content=content)]
     if format == "saved_model":
-        graph.write_saved_model(tmp, resize=resize)
+        graph.write_saved_model(tmp, resize=resize, antialias=antialias)
         log.info("wrote the SavedModel: serving_default takes uint8 images of any size%s -> %s",
                  "" if resize else " (multiples of the patch size, no resize)", ", ".join(graph.output_names))
         return [saved_model_classifier(tmp, {})]
@@ -459,12 +506,12 @@ def _check_parity(graph, exported, images, labels, kind, quantize, format, name,
     return report
 
 
-def _metadata(model, source, format, quantize, graph, report, sizes, resize):
+def _metadata(model, source, format, quantize, graph, report, sizes, resize, antialias=False):
     """What goes beside an export as JSON: its input, preprocessing, outputs, classes and parity."""
     from keras_vit import __version__
 
     image_size = sizes[0] if format == "tflite" else graph.image_size
-    resizes = format == "saved_model" and resize
+    resizes = format != "tflite" and resize
     return {
         "keras_vit": __version__,
         "format": format,
@@ -472,11 +519,12 @@ def _metadata(model, source, format, quantize, graph, report, sizes, resize):
         "source": source,
         "image_size": list(image_size),
         "input": {"name": INPUT_NAME, "dtype": "uint8",
-                  "shape": [None, None, None, 3] if format == "saved_model" else [None, *image_size, 3]},
+                  "shape": [None, *image_size, 3] if format == "tflite" else [None, None, None, 3]},
         "signatures": ({signature_name(i, size): [None, *size, 3] for i, size in enumerate(sizes)}
                        if format == "tflite" else {"serving_default": [None, None, None, 3]}),
         "resize": resizes,
-        "preprocessing": (("bilinear resize to %dx%d (antialiased when shrinking), " % image_size
+        "preprocessing": (("bilinear resize to %dx%d%s, " % (*image_size, " (antialiased when shrinking)"
+                                                              if antialias else "")
                            if resizes else "") + _scaling_text(model)),
         "outputs": graph.output_names,
         "classes": int(model.classes),

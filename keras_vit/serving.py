@@ -138,8 +138,10 @@ class ServingGraph:
         logits = tf.cast(logits, tf.float32)
         return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1), **outputs}
 
-    def serving_function(self, resize):
-        """uint8 images -> outputs; with `resize`, images of any size are resized first."""
+    def serving_function(self, resize, antialias=False):
+        """uint8 images -> outputs; with `resize`, images of any size are resized first (bilinear;
+        `antialias` filters a shrinking dimension, as TensorFlow's ScaleAndTranslate op, which
+        ONNX, TF.js and Core ML converters refuse)."""
         import tensorflow as tf
 
         h, w = self.image_size
@@ -148,8 +150,9 @@ class ServingGraph:
             x = tf.cast(images, tf.float32)
             if resize:
                 # Antialiasing only changes a dimension that shrinks: enlarging stays plain bilinear.
-                x = tf.image.resize(x, (h, w), method="bilinear", antialias=True)
-                x = tf.ensure_shape(x, (None, h, w, 3))
+                x = tf.image.resize(x, (h, w), method="bilinear", antialias=antialias)
+                # A static shape for the layers below, without an EnsureShape op (converters refuse it).
+                x.set_shape((None, h, w, 3))
             return self(preprocess_input(x, model=self.model))
 
         return serve
@@ -165,7 +168,7 @@ class ServingGraph:
             shape = (None,) + tuple(size or self.image_size) + (3,)
         return tf.TensorSpec(shape, tf.uint8, name=INPUT_NAME)
 
-    def write_saved_model(self, path, resize, sizes=None):
+    def write_saved_model(self, path, resize, sizes=None, antialias=False):
         """One signature, or with `sizes` one per size (`signature_name`: serving_default first)."""
         import keras
 
@@ -173,7 +176,8 @@ class ServingGraph:
         archive.track(self.model)
         for i, size in enumerate(sizes or [None]):
             archive.add_endpoint(signature_name(i, size) if size else "serving_default",
-                                 self.serving_function(resize), input_signature=[self.input_spec(resize, size)])
+                                 self.serving_function(resize, antialias),
+                                 input_signature=[self.input_spec(resize, size)])
         archive.write_out(path, verbose=False)
 
 
@@ -186,14 +190,15 @@ class ServingGraph:
 
 
 class Classifier:
-    """A keras-vit image classifier from a `.keras` file, a SavedModel or a `.tflite` file.
+    """A keras-vit image classifier from a `.keras` file, a SavedModel, a `.tflite` or `.onnx` file.
 
     Call it on uint8 RGB images (N, H, W, 3) to get numpy outputs `{"logits",
-    "probabilities", ...}`. `.keras` models and SavedModels take any H, W (resized inside,
-    as the SavedModel's graph does); a `.tflite` model takes its own size, so other sizes
-    are resized here first (the same resize, rounded to uint8).
+    "probabilities", ...}`. `.keras` models, SavedModels and ONNX exports take any H, W
+    (resized inside, as the SavedModel's graph does); a `.tflite` model takes its own size,
+    so other sizes are resized here first (bilinear, antialiased when shrinking, rounded to
+    uint8).
 
-    Attributes: `format` ("keras", "saved_model" or "tflite"), `path`, `image_size`
+    Attributes: `format` ("keras", "saved_model", "tflite" or "onnx"), `path`, `image_size`
     ((h, w), None when unknown), `class_names` (None when the export has none).
     """
 
@@ -320,8 +325,35 @@ def tflite_classifier(path, metadata, content=None, signature="serving_default")
                       metadata=metadata)
 
 
+def onnx_classifier(path, metadata, content=None):
+    """An ONNX export (`export_model(..., format="onnx")`) run by ONNX Runtime on the CPU."""
+    from keras_vit._optional import require
+
+    ort = require("onnxruntime", "onnx", what="running ONNX models")
+    try:
+        session = ort.InferenceSession(content if content is not None else path, providers=["CPUExecutionProvider"])
+    except Exception as e:
+        raise ValueError(f"{path} cannot be loaded as an ONNX model: {e}") from None
+    inputs = session.get_inputs()
+    shape = inputs[0].shape if len(inputs) == 1 else None
+    if shape is None or inputs[0].type != "tensor(uint8)" or len(shape) != 4 or shape[-1] != 3:
+        raise ValueError(f"{path} is not a keras-vit export: it takes "
+                         f"{', '.join(f'{i.name} {i.type} {i.shape}' for i in inputs)}, not uint8 images (N, H, W, 3).")
+    name, outputs = inputs[0].name, [o.name for o in session.get_outputs()]
+
+    def run(images):
+        return dict(zip(outputs, session.run(outputs, {name: images})))
+
+    # the export resizes inside, as the SavedModel; a fixed-size ONNX graph gets images resized here
+    fixed_size = all(isinstance(s, int) for s in shape[1:3])
+    image_size = shape[1:3] if fixed_size else metadata.get("image_size")
+    return Classifier(path, "onnx", run, image_size, metadata.get("class_names"), fixed_size=fixed_size,
+                      metadata=metadata)
+
+
 def model_format(path):
-    """"keras", "saved_model" or "tflite", by content; a ValueError names a path that is none."""
+    """"keras", "saved_model", "tflite" or "onnx", by content (ONNX: by the .onnx name); a ValueError
+    names a path that is none."""
     path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"model {path} does not exist.")
@@ -343,14 +375,16 @@ def model_format(path):
         if path.endswith(".tflite"):
             raise ValueError(f"{path} is not a valid .tflite file (no TFL3 flatbuffer identifier): damaged or "
                              "not a TFLite model.")
+        if path.endswith(".onnx"):  # a protobuf has no identifier: ONNX Runtime tells a damaged one
+            return "onnx"
     raise ValueError(
         f"{path} is not a model keras-vit can run: expected a .keras file, a SavedModel folder "
-        "(with saved_model.pb) or a .tflite file."
+        "(with saved_model.pb), a .tflite file or a .onnx file."
     )
 
 
 def load_classifier(path):
-    """Loads a `.keras` file, a SavedModel folder or a `.tflite` file as a `Classifier`.
+    """Loads a `.keras` file, a SavedModel folder, a `.tflite` or a `.onnx` file as a `Classifier`.
 
     Class names come from the `.keras` model, or from the export's metadata JSON
     (`PATH.json`, or `assets.extra/keras_vit.json` inside a SavedModel).
@@ -367,6 +401,8 @@ def load_classifier(path):
     metadata = _read_metadata(path)
     if fmt == "saved_model":
         return saved_model_classifier(path, metadata)
+    if fmt == "onnx":
+        return onnx_classifier(path, metadata)
     return tflite_classifier(path, metadata)
 
 
