@@ -101,11 +101,13 @@ def signature_name(index, size):
 
 class ServingGraph:
     """The model's layers rewired for serving: true logits (from the head, before any
-    `predictions` activation) and, on request, every block's attention probabilities.
-    No numerics are re-implemented: the model's own layers run."""
+    `predictions` activation) and, on request, every block's attention probabilities;
+    `outputs` keeps only some of logits and probabilities (e.g. ("probabilities",) for a
+    single-output classifier). No numerics are re-implemented: the model's own layers run."""
 
-    def __init__(self, model, attention=False):
+    def __init__(self, model, attention=False, outputs=("logits", "probabilities")):
         self.model = model
+        self.outputs = tuple(outputs)
         self.image_size = check_exportable(model)
         # the model's feature API (VisionTransformer.stage_model / forward_blocks), not layer names
         self.logits = model.stage_model("images", "logits")
@@ -117,7 +119,7 @@ class ServingGraph:
 
     @property
     def output_names(self):
-        names = ["logits", "probabilities"]
+        names = [name for name in ("logits", "probabilities") if name in self.outputs]
         if self.attention:
             names += [f"attention_{i}" for i in range(self._num_blocks)]
         return names
@@ -136,7 +138,8 @@ class ServingGraph:
         else:
             logits = self.logits(x)
         logits = tf.cast(logits, tf.float32)
-        return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1), **outputs}
+        outputs.update(logits=logits, probabilities=tf.nn.softmax(logits, axis=-1))
+        return {name: outputs[name] for name in self.output_names}
 
     def serving_function(self, resize):
         """uint8 images -> outputs; with `resize`, images of any size are resized first."""
