@@ -319,8 +319,15 @@ def tflite_classifier(path, metadata, content=None, signature="serving_default")
     def run(images):
         return {k: np.asarray(v) for k, v in runner(**{name: images}).items()}
 
-    return Classifier(path, "tflite", run, shape[1:3], metadata.get("class_names"), fixed_size=True,
-                      metadata=metadata)
+    class_names = metadata.get("class_names")
+    if class_names is None:  # a .tflite file without its JSON: the label file of its TFLite metadata
+        from keras_vit.tflite_metadata import read_metadata
+
+        try:
+            class_names = (read_metadata(content if content is not None else path) or {}).get("labels")
+        except ValueError as e:
+            log.info("%s: no class names from its TFLite metadata (%s)", path, e)
+    return Classifier(path, "tflite", run, shape[1:3], class_names, fixed_size=True, metadata=metadata)
 
 
 def model_format(path):

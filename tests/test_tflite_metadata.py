@@ -63,8 +63,10 @@ def test_tflite_export_carries_labels_normalization_and_output_names(tmp_path):
         (info,) = z.infolist()
         assert info.filename == LABELS_FILE and info.compress_type == zipfile.ZIP_STORED
         assert z.read(info).decode().splitlines() == NAMES
-    # and the file still runs as exported
+    # and the file still runs as exported; without its JSON, the class names come from the metadata
+    os.remove(metadata_path(path))
     clf = load_classifier(path)
+    assert clf.class_names == NAMES
     images = np.random.default_rng(0).integers(0, 256, (3, 16, 16, 3), dtype=np.uint8)
     assert clf(images)["probabilities"].shape == (3, 5)
 
@@ -113,10 +115,15 @@ def test_a_model_without_class_names_gets_metadata_without_labels(tmp_path):
 
 
 def test_read_metadata_refuses_other_files_and_reads_none(tmp_path):
+    import tensorflow as tf
+
     bad = tmp_path / "x.tflite"
     bad.write_bytes(b"not a model at all")
     with pytest.raises(ValueError, match="x.tflite is not a TFLite model"):
         read_metadata(bad)
+    add_one = tf.function(lambda x: x + 1.0, input_signature=[tf.TensorSpec((1, 4), tf.float32)])
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([add_one.get_concrete_function()], add_one)
+    assert read_metadata(converter.convert()) is None  # a plain conversion has none
 
 
 def _sample():
