@@ -8,7 +8,10 @@ Rows, each calibrated on the same 200 training images:
     LayerNorm float), its parity report;
   - int8: `export_model(quantize="int8")` (the TFLite converter's full int8), its parity report;
   - int8, LayerNorm float / + softmax and GELU float: ai-edge-quantizer's static int8 recipe with
-    those ops left in float (what "keeping some ops in higher precision" gives for int8);
+    those ops (and the head and final softmax) left in float (what "keeping some ops in higher
+    precision" gives for int8);
+  - weight-only int8: ai-edge-quantizer's weight_only_wi8_afp32, float activations: what int8
+    weights alone cost, the bound for a16w8;
   - a16w8, all ops: the same recipe without LayerNorm kept float.
 Prints one JSON line per row: top-1 agreement with Keras, both accuracies, max |logit diff|, size.
 """
@@ -17,6 +20,7 @@ import argparse
 import copy
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -33,9 +37,13 @@ sys.path.insert(0, ROOT)
 def _quantized(float_model, calibration, bits, float_regexes):
     from ai_edge_quantizer import quantizer, recipe
 
+    from keras_vit.tflite_metadata import output_tensor_names
+
     base = recipe.static_wi8_ai16() if bits == 16 else recipe.static_wi8_ai8()
     entries = list(base)
-    for operation, regex in [("OUTPUT", ".*")] + [("*", r) for r in float_regexes]:
+    # float outputs computed in float (head and final softmax), as export_model's a16w8 keeps them
+    outputs = "|".join(re.escape(n) for n in output_tensor_names(float_model))
+    for operation, regex in [("OUTPUT", ".*"), ("*", outputs)] + [("*", r) for r in float_regexes]:
         entry = copy.deepcopy(base[0])
         entry.update(regex=regex, operation=operation, algorithm_key="no_quantize")
         entries.append(entry)
@@ -87,6 +95,15 @@ def main(argv=None):
         with open(float_path, "rb") as f:
             float_model = f.read()
         norm, more = [_A16W8_FLOAT_OPS], [_A16W8_FLOAT_OPS, r".*[Ss]oftmax.*", r".*[Gg]elu.*"]
+        from ai_edge_quantizer import quantizer, recipe
+
+        start = time.time()
+        content = bytes(quantizer.Quantizer(float_model, recipe.weight_only_wi8_afp32()).quantize(
+            enable_progress_report=False).quantized_model)
+        runner = Interpreter(model_content=content).get_signature_runner()
+        logits = np.concatenate([runner(images=images[i:i + 256])["logits"] for i in range(0, len(images), 256)])
+        rows.append(_row("weight-only int8", logits, reference, labels, len(content), time.time() - start))
+        print(json.dumps(rows[-1]), flush=True)
         for name, bits, regexes in [("int8 (ai-edge-quantizer), LayerNorm float", 8, norm),
                                     ("int8 (ai-edge-quantizer), LayerNorm, softmax, GELU float", 8, more),
                                     ("a16w8, LayerNorm quantized too", 16, [])]:

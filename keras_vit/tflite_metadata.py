@@ -184,6 +184,17 @@ def _tensor_names(model):
     return found
 
 
+def output_tensor_names(content):
+    """The raw names of every subgraph's output tensors in a .tflite model's bytes (e.g.
+    "StatefulPartitionedCall:0"): the names quantization recipes match ops by."""
+    model = _schema().Model.GetRootAs(_split_zip(content)[0], 0)
+    names = []
+    for s in range(model.SubgraphsLength()):
+        sub = model.Subgraphs(s)
+        names += [sub.Tensors(sub.Outputs(k)).Name().decode() for k in range(sub.OutputsLength())]
+    return names
+
+
 def add_metadata(content, *, name, description, class_names, image_size, input_description,
                  output_descriptions, mean=(0.0,), std=(1.0,), pixel_range=(0.0, 255.0), version=None,
                  author=None, license=None):

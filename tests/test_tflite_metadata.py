@@ -143,6 +143,9 @@ def test_a16w8_agrees_with_keras_on_real_photos(tmp_path):
     # 20 real photos: Keras and a16w8 agree on all (10,000 test images: benchmarks/a16w8.py)
     assert report["samples"] == 20 and report["top1_agreement"] == 1.0
     assert report["export_accuracy"] == report["keras_accuracy"]
+    assert report["max_abs_probability_diff"] < 0.2  # real probabilities, not an int16 softmax misread
+    probabilities = load_classifier(path)(_sample()[1])["probabilities"]
+    np.testing.assert_allclose(probabilities.sum(-1), 1.0, atol=1e-4)
     from ai_edge_litert.interpreter import Interpreter
 
     dtypes = [t["dtype"] for t in Interpreter(model_path=str(path)).get_tensor_details()]
@@ -186,3 +189,17 @@ def test_mediapipe_image_classifier_names_the_classes_of_the_shipped_model(tmp_p
     allowed = classify(category_allowlist=["cat", "dog"])
     assert {c.category_name for head in allowed for c in head.categories} <= {"cat", "dog"}
     assert all(head.categories for head in allowed)
+
+
+@pytest.mark.parametrize("name", ["vit_cifar10.tflite", "vit_cifar10_f16.tflite", "vit_cifar10_dynamic.tflite",
+                                  "vit_cifar10_int8.tflite", "vit_cifar10_a16w8.tflite"])
+def test_shipped_tflite_exports_carry_their_metadata(name):
+    path = SHIPPED_EXPORTS / name
+    if not path.exists():
+        pytest.skip(f"{path} is not in this checkout")
+    meta = read_metadata(path)
+    assert meta is not None, f"{path} has no TFLite Model Metadata: regenerate it with keras-vit export"
+    assert meta["labels"] == sorted(p.name for p in CIFAR10_SAMPLE.iterdir() if p.is_dir())
+    (subgraph,) = meta["subgraphs"]
+    assert subgraph["inputs"][0]["image_size"] == (32, 32)
+    assert [t["name"] for t in subgraph["outputs"]] == _signature_outputs(path)
