@@ -338,8 +338,9 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
         format: "saved_model" or "tflite"; default from `path` (".tflite" or not).
         quantize: TFLite only: None (float32), "float16", "dynamic" (int8 weights),
             "int8" (int8 weights and activations, calibrated on `representative_images`) or
-            "a16w8" (int8 weights, int16 activations, calibrated the same way; LayerNorm
-            stays float; needs ai-edge-quantizer, the `export` extra).
+            "a16w8" (int8 weights, int16 activations, calibrated the same way; LayerNorm,
+            the head and the final softmax stay float; needs ai-edge-quantizer, the `export`
+            extra).
         attention: also output each block's attention maps.
         representative_images: calibration images for int8: a folder, a data source of
             `keras_vit.data` (its "train" split), image files, an array or a
