@@ -98,6 +98,27 @@ def test_probabilities_only_export_has_one_named_output(tmp_path):
     np.testing.assert_allclose(outputs["probabilities"].sum(-1), 1.0, atol=1e-5)
 
 
+def test_cli_writes_a_single_output_a16w8_classifier(tmp_path, capfd):
+    from keras_vit.cli import main
+
+    names = sorted(p.name for p in CIFAR10_SAMPLE.iterdir() if p.is_dir())
+    model = randomize(tiny_vit(image_size=16, patch_size=4, classes=10, class_names=names))
+    model.save(tmp_path / "tiny.keras")
+    out = tmp_path / "tiny_a16w8.tflite"
+    assert main(["export", str(tmp_path / "tiny.keras"), "--out", str(out), "--quantize", "a16w8",
+                 "--outputs", "probabilities", "--samples", str(CIFAR10_SAMPLE),
+                 "--representative", str(CIFAR10_SAMPLE)]) == 0
+    metadata = json.loads(pathlib.Path(metadata_path(out)).read_text())
+    assert metadata["quantization"] == "a16w8" and metadata["outputs"] == ["probabilities"]
+    assert metadata["parity"]["samples"] == 20 and metadata["calibration"]["images"] == 20
+    assert _signature_outputs(out) == ["probabilities"]
+    meta = read_metadata(out)
+    assert meta["labels"] == names and "a16w8 quantized" in meta["description"]
+    from ai_edge_litert.interpreter import Interpreter
+
+    assert np.int16 in [t["dtype"] for t in Interpreter(model_path=str(out)).get_tensor_details()]
+
+
 def test_outputs_must_name_probabilities(tmp_path):
     with pytest.raises(ValueError, match=r"unknown export output\(s\) \['scores'\]"):
         export_model(_model(), tmp_path / "x.tflite", outputs=["scores"])
