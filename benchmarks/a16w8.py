@@ -14,6 +14,7 @@ Rows, each calibrated on the same 200 training images:
     weights alone cost, the bound for a16w8;
   - a16w8, all ops: the same recipe without LayerNorm kept float.
 Prints one JSON line per row: top-1 agreement with Keras, both accuracies, max |logit diff|, size.
+The last run's rows are in benchmarks/a16w8.json (2 shared cores: about 30 min).
 """
 
 import argparse
