@@ -71,6 +71,7 @@ def _export(args):
         image_sizes=args.image_size,
         resize=not args.no_resize,
         antialias=args.antialias,
+        outputs=args.outputs.split(","),
     )
 
 
@@ -203,9 +204,12 @@ def _add_export(commands):
     p.add_argument("--format", choices=("saved_model", "tflite", "onnx"), default=None,
                    help="default: tflite when --out ends in .tflite, onnx when it ends in .onnx, else saved_model "
                    "(onnx: tf2onnx + onnxruntime, pip install 'keras-vit[onnx]')")
-    p.add_argument("--quantize", choices=("float16", "dynamic", "int8"), default=None,
-                   help="TFLite: float16 weights, dynamic-range int8 weights, or full int8 (calibrated on "
-                   "--representative)")
+    p.add_argument("--quantize", choices=("float16", "dynamic", "int8", "a16w8"), default=None,
+                   help="TFLite: float16 weights, dynamic-range int8 weights, full int8, or a16w8 (int16 "
+                   "activations, int8 weights; LayerNorm float); int8 and a16w8 calibrate on --representative")
+    p.add_argument("--outputs", choices=("logits,probabilities", "probabilities"), default="logits,probabilities",
+                   help="probabilities: a single-output classifier, as MediaPipe's ImageClassifier and the TFLite "
+                   "Task Library expect (default: logits,probabilities)")
     p.add_argument("--representative", metavar="IMAGES", default=None,
                    help="calibration images for int8: a folder of images or of class folders, or a data source "
                    "as in recipes (a .tgz of train/<class>/ images, a folder DATA/train/<class>/, digits, "

@@ -19,6 +19,7 @@ were first.
 """
 
 import contextlib
+import io
 import json
 import logging
 import os
@@ -33,6 +34,7 @@ from keras_vit._common import to_pair
 from keras_vit.applications import preprocess_input, resize_images
 from keras_vit.checkpoints import load_keras_model
 from keras_vit.data import load_image_set  # noqa: F401 (public here too)
+from keras_vit.tflite_metadata import add_metadata, output_tensor_names
 from keras_vit.serving import (  # noqa: F401 (public here too)
     INPUT_NAME,
     METADATA_NAME,
@@ -54,7 +56,9 @@ from keras_vit.serving import (  # noqa: F401 (public here too)
 log = logging.getLogger("keras_vit")
 
 FORMATS = ("saved_model", "tflite", "onnx")
-QUANTIZATIONS = ("float16", "dynamic", "int8")
+QUANTIZATIONS = ("float16", "dynamic", "int8", "a16w8")
+CALIBRATED = ("int8", "a16w8")  # quantizations that calibrate activations on representative images
+OUTPUTS = ("logits", "probabilities")
 FLOAT32_TOLERANCE = 1e-4
 
 
@@ -107,6 +111,9 @@ def _quiet_converter():
 def _convert_tflite(graph, path, quantize, calibration, name, sizes):
     import tensorflow as tf
 
+    if quantize == "a16w8":
+        return _a16w8(_convert_tflite(graph, path, None, None, name, sizes), calibration, sizes, name, path)
+
     with tempfile.TemporaryDirectory(prefix="keras_vit_export_") as tmp:
         saved = os.path.join(tmp, "saved_model")
         graph.write_saved_model(saved, resize=False, sizes=sizes)
@@ -149,6 +156,79 @@ def _convert_tflite(graph, path, quantize, calibration, name, sizes):
             raise ValueError(f"{what} of {name} failed: {first.strip()}. Nothing was written to {path}.") from None
 
 
+# LayerNorm's moments overflow int16 (the residual stream's squared deviations span more than 16 bits
+# hold: 94.5% top-1 agreement with them quantized, on the shipped CIFAR-10 model), so its ops stay float.
+_A16W8_FLOAT_OPS = r".*(norm1|norm2|encoder_norm|fc_norm)[^/]*/.*"
+
+
+def _a16w8(content, calibration, sizes, name, path):
+    """The float TFLite model quantized to int16 activations and int8 weights with ai-edge-quantizer
+    (LiteRT's own 16x8 mode writes SQUARED_DIFFERENCE with int16 tensors, which its runtime refuses)."""
+    import copy
+
+    try:
+        from ai_edge_quantizer import quantizer, recipe
+    except ImportError:
+        raise ValueError("a16w8 quantization needs ai-edge-quantizer: pip install 'keras-vit[export]'. "
+                         f"Nothing was written to {path}.") from None
+    base = recipe.static_wi8_ai16()
+    keep_float = []
+    # Float outputs, computed in float: the head and the final softmax (an int16 softmax after a float
+    # output, as the quantizer otherwise writes it, returns garbage probabilities); float LayerNorm.
+    outputs = "|".join(re.escape(n) for n in output_tensor_names(content))
+    for operation, regex in (("OUTPUT", ".*"), ("*", outputs), ("*", _A16W8_FLOAT_OPS)):
+        entry = copy.deepcopy(base[0])
+        entry.update(regex=regex, operation=operation, algorithm_key="no_quantize")
+        keep_float.append(entry)
+    keys = [signature_name(i, size) for i, size in enumerate(sizes)]
+    data = {key: [{INPUT_NAME: resize_images(image[None], size)} for image in calibration]
+            for key, size in zip(keys, sizes)}
+    try:
+        q = quantizer.Quantizer(bytes(content), list(base) + keep_float)
+        with _quiet_converter(), contextlib.redirect_stderr(io.StringIO()):  # its progress bars
+            # its calibrator keeps every tensor on purpose, and says so
+            warnings.filterwarnings("ignore", message=".*experimental_preserve_all_tensors")
+            result = q.quantize(q.calibrate(data, num_threads=os.cpu_count() or 1), enable_progress_report=False)
+    except Exception as e:
+        raise ValueError(f"a16w8 quantization of {name} failed: {e}. Nothing was written to {path}.") from None
+    return bytes(result.quantized_model)
+
+
+def _output_names(outputs):
+    """The export's outputs, in OUTPUTS order; refuses unknown names and exports without probabilities."""
+    names = [outputs] if isinstance(outputs, str) else list(outputs)
+    unknown = [n for n in names if n not in OUTPUTS]
+    if unknown or not names:
+        raise ValueError(f"unknown export output(s) {unknown or names}; choose from {OUTPUTS}.")
+    if "probabilities" not in names:
+        raise ValueError(f"outputs {names}: an export needs 'probabilities' (its classifier's scores); "
+                         "use ['logits', 'probabilities'] for both.")
+    return tuple(n for n in OUTPUTS if n in names)
+
+
+def _with_tflite_metadata(content, graph, quantize, sizes):
+    """The .tflite bytes with TFLite Model Metadata: what MediaPipe and the Task Library need to classify."""
+    from keras_vit import __version__
+
+    model = graph.model
+    descriptions = {
+        "logits": f"the classification head's logits, (N, {model.classes})",
+        "probabilities": f"softmax of the logits, (N, {model.classes}): the classifier's scores",
+    }
+    descriptions.update({name: f"block {name.split('_')[1]}'s attention probabilities (N, heads, tokens, tokens)"
+                         for name in graph.output_names if name.startswith("attention_")})
+    h, w = sizes[0]
+    return add_metadata(
+        content, name=model.name, version=f"keras-vit {__version__}",
+        description=(f"{model.name}: a Vision Transformer (Dosovitskiy et al., 2021) classifying "
+                     f"{model.classes} classes, exported by keras-vit {__version__}"
+                     + (f", {quantize} quantized" if quantize else "") + "."),
+        class_names=getattr(model, "class_names", None), image_size=(h, w),
+        input_description=(f"uint8 RGB images (N, {h}, {w}, 3), pixels 0-255 as decoded: feed them as they are "
+                           f"(normalization mean 0, std 1); the graph scales them itself ({_scaling_text(model)})."),
+        output_descriptions=descriptions)
+
+
 def _size_text(num_bytes):
     return f"{num_bytes / 2**20:.1f} MiB" if num_bytes >= 2**20 else f"{num_bytes / 2**10:.0f} KiB"
 
@@ -173,17 +253,19 @@ def _reference(graph, images, batch_size=64):
 
 
 def _parity(reference, exported, labels, tolerance):
-    ref, out = reference["logits"], exported["logits"]
+    key = "logits" if "logits" in reference else "probabilities"  # a probabilities-only export
+    ref, out = reference[key], exported[key]
     if not np.all(np.isfinite(out)):
-        raise ValueError("the export returns non-finite logits (NaN or inf)")
+        raise ValueError(f"the export returns non-finite {key} (NaN or inf)")
     agree = int(np.sum(ref.argmax(-1) == out.argmax(-1)))
-    report = {
-        "samples": int(len(ref)),
-        "max_abs_logit_diff": float(np.max(np.abs(ref - out))),
+    report = {"samples": int(len(ref))}
+    if key == "logits":
+        report["max_abs_logit_diff"] = float(np.max(np.abs(ref - out)))
+    report.update({
         "max_abs_probability_diff": float(np.max(np.abs(reference["probabilities"] - exported["probabilities"]))),
         "top1_agreement": agree / len(ref),
         "top1_agreements": agree,
-    }
+    })
     attention = sorted(k for k in reference if k.startswith("attention_"))
     if attention:
         report["max_abs_attention_diff"] = float(max(np.max(np.abs(reference[k] - exported[k])) for k in attention))
@@ -198,7 +280,8 @@ def _parity(reference, exported, labels, tolerance):
 
 def format_parity(report):
     """One line: `max |logit diff| ..., top-1 agreement ...[, accuracy ...]`."""
-    line = (f"max |logit diff| {report['max_abs_logit_diff']:.3g}, top-1 agreement "
+    key = "logit" if "max_abs_logit_diff" in report else "probability"
+    line = (f"max |{key} diff| {report[f'max_abs_{key}_diff']:.3g}, top-1 agreement "
             f"{100 * report['top1_agreement']:.2f}% ({report['top1_agreements']}/{report['samples']})")
     if "max_abs_attention_diff" in report:
         line += f", max |attention diff| {report['max_abs_attention_diff']:.3g}"
@@ -231,7 +314,7 @@ def _load_model(model):
 # Over 80 lines with its docstring (the CLI's --help and the README point here); the code is ~45.
 def export_model(model, path, format=None, *, quantize=None, attention=False, representative_images=None,
                  samples=None, max_samples=1000, calibration_images=200, overwrite=False, seed=0,
-                 image_sizes=None, resize=True, antialias=False):
+                 image_sizes=None, resize=True, antialias=False, outputs=OUTPUTS):
     """Exports a keras-vit model as a SavedModel, a TFLite or an ONNX file, checked against Keras.
 
     The `serving_default` signature takes uint8 RGB images (N, H, W, 3) and returns
@@ -246,7 +329,9 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
     samples are labelled); a float32 export that differs by more than 1e-4 is refused.
     Only then is it renamed onto `path`, and the metadata (class names, image size,
     outputs, quantization, the parity report) written to `PATH.json` (and, for a
-    SavedModel, `PATH/assets.extra/keras_vit.json`).
+    SavedModel, `PATH/assets.extra/keras_vit.json`). A TFLite file also carries TFLite
+    Model Metadata (keras_vit/tflite_metadata.py: the class names as its label file, the
+    uint8 input, the named outputs), which MediaPipe Tasks and the TFLite Task Library read.
 
     Args:
         model: a `keras_vit.VisionTransformer` or the path of a `.keras` file. A model
@@ -255,8 +340,11 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
         format: "saved_model", "tflite" or "onnx" (tf2onnx's conversion of the SavedModel's
             graph, resize inside, checked in ONNX Runtime; the `onnx` extra); default from
             `path` (".tflite", ".onnx", else a SavedModel folder).
-        quantize: TFLite only: None (float32), "float16", "dynamic" (int8 weights) or
-            "int8" (int8 weights and activations, calibrated on `representative_images`).
+        quantize: TFLite only: None (float32), "float16", "dynamic" (int8 weights),
+            "int8" (int8 weights and activations, calibrated on `representative_images`) or
+            "a16w8" (int8 weights, int16 activations, calibrated the same way; LayerNorm,
+            the head and the final softmax stay float; needs ai-edge-quantizer, the `export`
+            extra).
         attention: also output each block's attention maps.
         representative_images: calibration images for int8: a folder, a data source of
             `keras_vit.data` (its "train" split), image files, an array or a
@@ -282,6 +370,9 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
         antialias: SavedModel only: antialias the resize where it shrinks (TensorFlow's
             ScaleAndTranslate op). TensorFlow-only: tf2onnx, tensorflowjs_converter and
             coremltools refuse that op.
+        outputs: which of "logits" and "probabilities" the export returns: "probabilities"
+            (or ["probabilities"]) makes a single-output classifier, as MediaPipe's
+            ImageClassifier and the TFLite Task Library expect.
 
     Returns:
         The metadata dict written to `PATH.json`, with the parity report under "parity".
@@ -294,6 +385,7 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
     """
     path = os.path.abspath(os.fspath(path)).rstrip(os.sep)
     format = _format_of(path, format)
+    outputs = _output_names(outputs)
     recipe = _recipe_data(model)
     meta_path = _check_request(path, format, quantize, representative_images, recipe, overwrite, image_sizes, resize)
     _check_antialias(format, resize, antialias)
@@ -309,14 +401,14 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
     model = float32_copy(model)
     if sizes != [native] or not resize:
         model = dynamic_twin(model)
-    graph = ServingGraph(model, attention=attention)
+    graph = ServingGraph(model, attention=attention, outputs=outputs)
     sample_split, calibration_split = "test", "train"
     if recipe is not None:
         sample_split, calibration_split = recipe["test_split"], recipe["train_split"]
     sample_images, labels, sample_source = _sample_images(
         model, graph.image_size, samples, recipe, sample_split, max_samples, seed)
     calibration = calibration_source = None
-    if quantize == "int8":
+    if quantize in CALIBRATED:
         if representative_images is None:
             log.info("representative images: the %s split of %s, the model's training data (%s)",
                      calibration_split, recipe["data"], recipe["metrics"])
@@ -368,8 +460,8 @@ def _check_request(path, format, quantize, representative_images, recipe, overwr
         raise ValueError(f"Unknown quantization {quantize!r}; use one of {QUANTIZATIONS}.")
     if quantize and format != "tflite":
         raise ValueError(f"quantization ({quantize}) applies to TFLite exports only, not {format}.")
-    if quantize == "int8" and representative_images is None and recipe is None:
-        raise ValueError("int8 quantization needs representative images to calibrate on (--representative IMAGES); "
+    if quantize in CALIBRATED and representative_images is None and recipe is None:
+        raise ValueError(f"{quantize} quantization needs representative images to calibrate on (--representative IMAGES); "
                          "a model without the metrics.json of `keras-vit train` beside it has no data of its own.")
     if format == "tflite":
         litert_interpreter()
@@ -467,11 +559,12 @@ def _write_export(graph, tmp, path, format, quantize, calibration, calibration_s
                  "" if resize else " (multiples of the patch size, no resize)", ", ".join(graph.output_names))
         return [saved_model_classifier(tmp, {})]
     if calibration is not None:
-        log.info("converting to TFLite (builtin ops, int8), calibrating on %d images from %s",
-                 len(calibration), calibration_source)
+        log.info("converting to TFLite (builtin ops, %s), calibrating on %d images from %s",
+                 quantize, len(calibration), calibration_source)
     else:
         log.info("converting to TFLite (builtin ops%s)", f", {quantize}" if quantize else "")
     content = _convert_tflite(graph, path, quantize, calibration, name, sizes)
+    content = _with_tflite_metadata(content, graph, quantize, sizes)
     with open(tmp, "wb") as f:
         f.write(content)
     log.info("converted: %s; %s -> %s", _size_text(len(content)), ", ".join(
@@ -497,10 +590,11 @@ def _check_parity(graph, exported, images, labels, kind, quantize, format, name,
     except ValueError as e:
         raise ValueError(f"the {kind} export of {name}: {e}. Nothing was written to {path}.") from None
     log.info("parity: %s", format_parity(report))
-    if tolerance is not None and report["max_abs_logit_diff"] > tolerance:
+    key, what = ("logit", "logits") if "max_abs_logit_diff" in report else ("probability", "probabilities")
+    if tolerance is not None and report[f"max_abs_{key}_diff"] > tolerance:
         raise ValueError(
             f"the float32 {format} export of {name} differs from Keras by "
-            f"{report['max_abs_logit_diff']:.3g} in the logits (tolerance {tolerance:g}). "
+            f"{report[f'max_abs_{key}_diff']:.3g} in the {what} (tolerance {tolerance:g}). "
             f"Nothing was written to {path}."
         )
     return report

@@ -101,11 +101,13 @@ def signature_name(index, size):
 
 class ServingGraph:
     """The model's layers rewired for serving: true logits (from the head, before any
-    `predictions` activation) and, on request, every block's attention probabilities.
-    No numerics are re-implemented: the model's own layers run."""
+    `predictions` activation) and, on request, every block's attention probabilities;
+    `outputs` keeps only some of logits and probabilities (e.g. ("probabilities",) for a
+    single-output classifier). No numerics are re-implemented: the model's own layers run."""
 
-    def __init__(self, model, attention=False):
+    def __init__(self, model, attention=False, outputs=("logits", "probabilities")):
         self.model = model
+        self.outputs = tuple(outputs)
         self.image_size = check_exportable(model)
         # the model's feature API (VisionTransformer.stage_model / forward_blocks), not layer names
         self.logits = model.stage_model("images", "logits")
@@ -117,7 +119,7 @@ class ServingGraph:
 
     @property
     def output_names(self):
-        names = ["logits", "probabilities"]
+        names = [name for name in ("logits", "probabilities") if name in self.outputs]
         if self.attention:
             names += [f"attention_{i}" for i in range(self._num_blocks)]
         return names
@@ -136,7 +138,8 @@ class ServingGraph:
         else:
             logits = self.logits(x)
         logits = tf.cast(logits, tf.float32)
-        return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1), **outputs}
+        outputs.update(logits=logits, probabilities=tf.nn.softmax(logits, axis=-1))
+        return {name: outputs[name] for name in self.output_names}
 
     def serving_function(self, resize, antialias=False):
         """uint8 images -> outputs; with `resize`, images of any size are resized first (bilinear;
@@ -321,8 +324,15 @@ def tflite_classifier(path, metadata, content=None, signature="serving_default")
     def run(images):
         return {k: np.asarray(v) for k, v in runner(**{name: images}).items()}
 
-    return Classifier(path, "tflite", run, shape[1:3], metadata.get("class_names"), fixed_size=True,
-                      metadata=metadata)
+    class_names = metadata.get("class_names")
+    if class_names is None:  # a .tflite file without its JSON: the label file of its TFLite metadata
+        from keras_vit.tflite_metadata import read_metadata
+
+        try:
+            class_names = (read_metadata(content if content is not None else path) or {}).get("labels")
+        except ValueError as e:
+            log.info("%s: no class names from its TFLite metadata (%s)", path, e)
+    return Classifier(path, "tflite", run, shape[1:3], class_names, fixed_size=True, metadata=metadata)
 
 
 def onnx_classifier(path, metadata, content=None):
