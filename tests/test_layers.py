@@ -4,7 +4,7 @@ from keras.ops import convert_to_numpy as to_numpy
 import pytest
 
 import keras_vit
-from conftest import gradients
+from conftest import gradients, randomize, tensorflow_only, tiny_vit
 from keras_vit.layers import DropPath, Patches, PatchEncoder, TransformerBlock
 
 pytestmark = pytest.mark.backends
@@ -249,3 +249,18 @@ def test_attention_is_its_own_layer_with_the_blocks_variables():
     assert Attention.from_config(alone.get_config()).formulation == "reference"
     with pytest.raises(ValueError, match="formulation must be one of"):
         Attention(2, formulation="fast")
+
+
+@tensorflow_only
+def test_tensorflow_fast_paths_equal_the_portable_ones(monkeypatch):
+    """Under TensorFlow the bias add is tf.nn.bias_add (grappler fuses it into the matmul); the keras.ops
+    path that jax and torch take gives the same logits."""
+    import keras_vit.layers
+
+    model = randomize(tiny_vit(drop_path_rate=0.1))
+    x = np.random.default_rng(0).normal(size=(2, 32, 32, 3)).astype("float32")
+    fast = to_numpy(model(x))
+    monkeypatch.setattr(keras_vit.layers, "_TF", None)
+    portable = to_numpy(model(x))
+    np.testing.assert_allclose(fast, portable, atol=1e-6)
+    assert np.abs(fast).max() > 0.1  # a random model, not an all-zero head

@@ -11,6 +11,8 @@ import pytest
 from conftest import DATA, ROOT, randomize, tiny_vit
 from keras_vit import visualize as viz
 
+pytestmark = pytest.mark.backends
+
 CIFAR_IMAGES = sorted((DATA / "cifar10").glob("*.jpg"))
 # The shipped CIFAR-10 model; KERAS_VIT_CIFAR10_MODEL points the claims test at another file.
 SHIPPED_CIFAR10 = os.environ.get("KERAS_VIT_CIFAR10_MODEL", str(ROOT / "saved_models" / "vit_cifar10" / "model.keras"))
