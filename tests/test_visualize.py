@@ -305,6 +305,7 @@ def _saved_model(path, **overrides):
     return model
 
 
+@pytest.mark.one_backend  # figures and files from the arrays that the tests above check on every backend
 def test_cli_writes_the_four_figures_and_their_data(tmp_path, capsys):
     from matplotlib.image import imread
 
