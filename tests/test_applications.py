@@ -152,6 +152,7 @@ print(json.dumps({{"type": type(a).__name__, "class_names": a.class_names,
     np.testing.assert_allclose(loaded["b"], expected, atol=1e-6)
 
 
+@pytest.mark.one_backend  # tf.keras; under jax and torch test_visualize loads the shipped CIFAR-10 model
 @pytest.mark.parametrize("name", sorted(SHIPPED))
 def test_shipped_models_load_with_keras_and_tf_keras(name):
     path = pathlib.Path(SHIPPED[name])
