@@ -338,7 +338,7 @@ def main(argv=None):
     except USER_ERRORS as e:
         print(f"keras-vit {args.command}: error: {_one_line(e)}", file=sys.stderr)
         return 1
-    return code or 0
+    return code if isinstance(code, int) else 0  # a subcommand's exit status (export under another backend)
 
 
 def _one_line(error):
