@@ -16,6 +16,8 @@ Run it with keras-vit's own Python, from the repository root. Parts:
   profile     per-piece timing of one B/16 encoder block (benchmarks/profile_block.py)
   resolution  a dynamic ViT-B/16 (any size, position embeddings resampled in the graph)
               against models built at 224 and 384 (benchmarks/resolution.py)
+  backends    ViT-B/16@224, batch 8, float32 inference of keras-vit under KERAS_BACKEND
+              tensorflow, jax (jit) and torch, one process each (needs `.[jax,torch]`)
 
 The peers live in their own virtual environments under `--venvs` (default
 ../bench-venvs beside the repository, or $KERAS_VIT_BENCH_VENVS), created when absent: keras-hub pulls a
@@ -41,7 +43,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-PARTS = ("inference", "training", "tflite", "memory", "agreement", "profile", "resolution")
+PARTS = ("inference", "training", "tflite", "memory", "agreement", "profile", "resolution", "backends")
 DEFAULT_BASELINE = "e2b7463"  # main when the speed work began (before the fused block)
 PEERS = {
     "keras-hub": ["keras-hub"],
@@ -93,8 +95,10 @@ def baseline_tree(rev, workdir):
 # -- interleaved timing ----------------------------------------------------------------------
 
 class Worker:
-    def __init__(self, label, python, args, pythonpath=None):
+    def __init__(self, label, python, args, pythonpath=None, backend=None):
         env = dict(os.environ, PYTHONUNBUFFERED="1")
+        if backend:
+            env["KERAS_BACKEND"] = backend
         env.pop("PYTHONPATH", None)
         if pythonpath:
             env["PYTHONPATH"] = pythonpath
@@ -133,15 +137,17 @@ class Worker:
         self.proc.wait(timeout=120)
 
 
-def interleaved(specs, task, variant, batch, rounds):
-    """specs: [(label, python, pythonpath)] -> {label: {precision: [seconds, ...]}}, info."""
+def interleaved(specs, task, variant, batch, rounds, backends=None):
+    """specs: [(label, python, pythonpath)] -> {label: {precision: [seconds, ...]}}, info.
+    backends: {label: KERAS_BACKEND} for keras-vit under other Keras backends."""
     workers = []
     info = {}
     try:
         for label, python, pythonpath, precisions in specs:
             log(f"{task} {variant}: building {label} ({', '.join(precisions)}), load {load_avg()}")
             w = Worker(label, python, ["--impl", label.split(" ")[0], "--task", task, "--variant", variant,
-                                       "--batch", str(batch), "--precisions", *precisions], pythonpath)
+                                       "--batch", str(batch), "--precisions", *precisions], pythonpath,
+                       backend=(backends or {}).get(label))
             info[label] = w.wait_ready()
             info[label]["precisions"] = precisions
             workers.append(w)
@@ -190,6 +196,34 @@ def speed_part(args, task, variant, batch, rounds, workdir):
     return {"variant": variant, "batch": batch, "rounds": rounds, "task": task, "img_per_s": rates,
             "times_s": times, "info": info, "load_during": [round(v, 2) for v in loads],
             "baseline": args.baseline if base else None}
+
+
+def backends_part(args):
+    """ViT-B/16 batch-8 float32 inference of keras-vit under each Keras backend, one process each,
+    interleaved: tensorflow (tf.function), jax (jitted predict step), torch (eager)."""
+    backends = {f"keras-vit {b}": b for b in ("tensorflow", "jax", "torch")}
+    specs = [(label, sys.executable, ROOT, ["float32"]) for label in backends]
+    times, info, loads = interleaved(specs, "infer", "B/16", 8, args.rounds, backends=backends)
+    return {"variant": "B/16", "batch": 8, "rounds": args.rounds, "times_s": times, "info": info,
+            "img_per_s": {label: 8 / median(t["float32"]) for label, t in times.items()},
+            "load_during": [round(v, 2) for v in loads]}
+
+
+def backends_table(part):
+    rates = part["img_per_s"]
+    tf_rate = rates["keras-vit tensorflow"]
+    rows = [f"| ViT-{part['variant']}@224, batch {part['batch']}, float32 inference | img/s | vs tensorflow | "
+            "first step (s) | version |", "|---|---:|---:|---:|---|"]
+    for label, rate in rates.items():
+        backend = label.split(" ")[1]
+        ready = part["info"][label]
+        version = ready["versions"].get(backend, ready["versions"].get("tensorflow"))
+        rows.append(f"| {backend} | {rate:.2f} | {rate / tf_rate:.2f}x | "
+                    f"{ready['ready']['float32']['first_step_s']:.1f} | {version} |")
+    rows += ["", f"Medians of {part['rounds']} interleaved rounds; 1-minute load average during the rounds: "
+             f"{', '.join(str(v) for v in part['load_during'])}. tensorflow: `tf.function` without XLA (as in "
+             "Inference above); jax: `predict_on_batch`, a jitted XLA step; torch: `predict_on_batch`, eager."]
+    return "\n".join(rows)
 
 
 # -- the parts that run in keras-vit's own environment ---------------------------------------
@@ -332,6 +366,8 @@ def render(results, command):
         out += ["", f"{r['rounds']} interleaved rounds, load {r['load']}. The dynamic model's pass is traced "
                 "for any size, as `model.fit` over mixed sizes and a `--no-resize` SavedModel run it; targets: "
                 "resampling <= 2% of the pass at 384, >= 0.99x at 224.", ""]
+    if "backends" in results:
+        out += ["## Keras backends", "", backends_table(results["backends"]), ""]
     if results.get("notes"):
         out += ["## Closing notes", "", results["notes"], ""]
     return "\n".join(out)
@@ -430,6 +466,8 @@ def run_part(part, args, results, workdir):
         results[part] = run_script("profile_block.py", "--rounds", "7").strip()
     elif part == "resolution":
         results[part] = json_part("resolution.py", "--rounds", str(args.rounds))
+    elif part == "backends":
+        results[part] = backends_part(args)
 
 
 if __name__ == "__main__":

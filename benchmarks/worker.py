@@ -40,6 +40,12 @@ def keras_models(impl, task, variant, batch, precisions, image=224, classes=1000
     import tensorflow as tf
 
     versions = {"tensorflow": tf.__version__, "keras": keras.__version__}
+    backend = keras.backend.backend()
+    if backend != "tensorflow":  # KERAS_BACKEND=jax / torch: the --parts backends rows
+        import importlib
+
+        versions["backend"] = backend
+        versions[backend] = importlib.import_module(backend).__version__
     if impl == "keras-vit":
         import keras_vit
 
@@ -68,7 +74,13 @@ def keras_models(impl, task, variant, batch, precisions, image=224, classes=1000
                 num_heads=s["heads"], hidden_dim=s["hidden"], mlp_dim=s["mlp"])
             model = keras_hub.models.ViTImageClassifier(backbone=backbone, num_classes=classes, preprocessor=None)
         build_s = time.perf_counter() - t0
-        if task == "infer":
+        if task == "infer" and backend != "tensorflow":
+            # predict_on_batch: under jax a jitted (XLA) predict step, under torch an eager one without grad
+            pixels = images.numpy()
+
+            def step(model=model, pixels=pixels):
+                np.asarray(model.predict_on_batch(pixels))
+        elif task == "infer":
             fn = tf.function(lambda x, m=model: m(x, training=False), jit_compile=False)
 
             def step(fn=fn):

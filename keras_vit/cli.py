@@ -55,6 +55,17 @@ def _visualize(args):
 
 
 def _export(args):
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        # SavedModel and TFLite are TensorFlow's: the same command in a process of its own under that
+        # backend, which loads the .keras file (written under any backend) and runs the parity checks.
+        print(f"keras-vit export: KERAS_BACKEND={keras.backend.backend()}; exporting under "
+              "KERAS_BACKEND=tensorflow in a process of its own", file=sys.stderr, flush=True)
+        import subprocess
+
+        command = [sys.executable, "-m", "keras_vit.cli", *args.argv]
+        return subprocess.run(command, env=dict(os.environ, KERAS_BACKEND="tensorflow")).returncode
     from keras_vit.export import export_model
 
     export_model(
@@ -356,13 +367,14 @@ def _quiet_tensorflow():
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
     _console_logging()
     try:
         _quiet_tensorflow()
-        args.func(args)
+        code = args.func(args)
     except KeyboardInterrupt as e:
         # training.train says where a rerun resumes; elsewhere nothing was written
         print(f"keras-vit {args.command}: {e.args[0] if e.args else 'interrupted'}", file=sys.stderr)
@@ -370,7 +382,7 @@ def main(argv=None):
     except USER_ERRORS as e:
         print(f"keras-vit {args.command}: error: {_one_line(e)}", file=sys.stderr)
         return 1
-    return 0
+    return code if isinstance(code, int) else 0  # a subcommand's exit status (export under another backend)
 
 
 def _one_line(error):

@@ -383,6 +383,13 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
     >>> metadata["parity"]["top1_agreement"], metadata["parity"]["export_accuracy"]
     >>> export_model("vit.keras", "vit.onnx", samples="cifar10/test")["parity"]["max_abs_logit_diff"]
     """
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        raise RuntimeError(
+            f"export_model traces the model into TensorFlow graphs, which needs KERAS_BACKEND=tensorflow, not "
+            f"{keras.backend.backend()!r}: a .keras file written under any backend exports under it "
+            "(`keras-vit export` starts that process by itself).")
     path = os.path.abspath(os.fspath(path)).rstrip(os.sep)
     format = _format_of(path, format)
     outputs = _output_names(outputs)

@@ -41,7 +41,8 @@ def interpolation_matrix(n_in, n_out, method="official"):
     if method not in METHODS:
         raise ValueError(f"Unknown resampling method {method!r}; use one of {METHODS}.")
     n_in = int(n_in)
-    n_out = ops.cast(n_out, "int32")
+    if not isinstance(n_out, int):  # a static size stays a Python int: jax's arange under jit needs it concrete
+        n_out = ops.cast(n_out, "int32")
     i = ops.arange(n_out, dtype="int32")
     # Sample points as exact fractions num / den of integers, so that the integer part
     # and the fraction come out exact where float32 arithmetic on `src` would lose about

@@ -35,6 +35,7 @@ def gelu_tanh(x):
     activations make GELU one of the larger memory-bound pieces.
     """
     c, a = _SQRT_2_OVER_PI, 0.044715
+    x = ops.convert_to_tensor(x)  # a NumPy x times a torch tensor has no operator
     t = ops.tanh(c * (x + a * (x * x * x)))
 
     def grad(*args, upstream=None):

@@ -19,7 +19,7 @@ WS_EPSILON = 1e-5
 def standardize_kernel(kernel, epsilon=WS_EPSILON):
     """(w - mean) / (std + eps) over (H, W, Cin), with the population std."""
     mean = ops.mean(kernel, axis=(0, 1, 2), keepdims=True)
-    centered = kernel - mean
+    centered = ops.subtract(kernel, mean)  # ops, not `-`: a NumPy kernel minus a torch tensor has no operator
     std = ops.sqrt(ops.mean(ops.square(centered), axis=(0, 1, 2), keepdims=True))
     return centered / (std + epsilon)
 

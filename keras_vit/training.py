@@ -1,5 +1,9 @@
 """Training with `model.fit` under tf.distribute: recipes, strategies, optimizers, callbacks.
 
+Under the jax and torch backends the same job runs with Keras' own distribution API in place of
+tf.distribute (`get_distribution`: `keras.distribution.DataParallel` over jax's devices; one
+device under torch); the data stays a tf.data pipeline, which Keras feeds to every backend.
+
 A recipe is a Python file whose `get_config()` returns the whole experiment as a dict
 (see `DEFAULTS` for every key). `train(config, model_dir)` builds the data, the model and
 the optimizer inside the strategy's scope, fits with preemption-safe callbacks and writes
@@ -7,8 +11,10 @@ the optimizer inside the strategy's scope, fits with preemption-safe callbacks a
 """
 
 import ast
+import contextlib
 import copy
 import difflib
+import importlib
 import importlib.util
 import json
 import logging
@@ -273,8 +279,72 @@ def get_strategy(name="auto", cpu_replicas=0):
     return tf.distribute.get_strategy()
 
 
+class KerasDistribution:
+    """What `train` uses of a tf.distribute strategy, for the jax and torch backends: a
+    `keras.distribution` (None: one device), its `scope()` and `num_replicas_in_sync`."""
+
+    def __init__(self, distribution=None):
+        self.distribution = distribution
+        self.num_replicas_in_sync = 1 if distribution is None else int(distribution.device_mesh.devices.size)
+
+    def scope(self):
+        return contextlib.nullcontext() if self.distribution is None else self.distribution.scope()
+
+    @property
+    def name(self):
+        return "SingleDevice" if self.distribution is None else type(self.distribution).__name__
+
+
+def get_distribution(name="auto", cpu_replicas=0):
+    """The `KerasDistribution` to train with under the jax or torch backend.
+
+    jax: "auto" is `keras.distribution.DataParallel` over every visible device when there are
+    several (GPUs, TPU cores, or CPUs split by `cpu_replicas` or
+    `XLA_FLAGS=--xla_force_host_platform_device_count=N`), else one device; "mirrored" is
+    DataParallel even over one; "default" one device. torch: one device ("auto", "default").
+    "multi_worker" and "tpu" are tf.distribute's: the tensorflow backend's.
+
+    Example (under KERAS_BACKEND=jax, with two CPU devices):
+    >>> get_distribution("auto").name, get_distribution("auto").num_replicas_in_sync
+    ('DataParallel', 2)
+    """
+    backend = keras.backend.backend()
+    names = ("auto", "default", "mirrored", "multi_worker", "tpu")
+    if name not in names:
+        raise ValueError(f"Unknown strategy {name!r}; use one of {names}.")
+    usable = ("auto", "default", "mirrored") if backend == "jax" else ("auto", "default")
+    if name not in usable:
+        raise ValueError(f"strategy {name!r} is not available under KERAS_BACKEND={backend}: use one of {usable}, "
+                         "or train under KERAS_BACKEND=tensorflow for tf.distribute's strategies.")
+    if backend != "jax":
+        if cpu_replicas and cpu_replicas > 1:
+            raise ValueError(f"cpu_replicas={cpu_replicas}: training under KERAS_BACKEND={backend} uses one device; "
+                             "split the CPU under jax or tensorflow.")
+        return KerasDistribution()
+    import jax
+
+    if cpu_replicas and cpu_replicas > 1:
+        if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+            try:  # takes effect only before jax has started its CPU backend
+                jax.config.update("jax_num_cpu_devices", int(cpu_replicas))
+            except RuntimeError:
+                pass
+        if len(jax.devices("cpu")) < cpu_replicas:
+            raise RuntimeError(f"cpu_replicas={cpu_replicas} must be set before jax starts; run with "
+                               f"XLA_FLAGS=--xla_force_host_platform_device_count={cpu_replicas}.")
+    devices = keras.distribution.list_devices()
+    if cpu_replicas and cpu_replicas > 1 and all(d.startswith("cpu") for d in devices):
+        devices = devices[:cpu_replicas]
+    if name == "mirrored" or (name == "auto" and len(devices) > 1):
+        return KerasDistribution(keras.distribution.DataParallel(devices=devices))
+    return KerasDistribution()
+
+
 def strategy_name(strategy):
-    """The public tf.distribute name of a strategy (CollectiveAllReduceStrategy -> MultiWorkerMirroredStrategy)."""
+    """The public tf.distribute name of a strategy (CollectiveAllReduceStrategy -> MultiWorkerMirroredStrategy),
+    or of a `KerasDistribution` ("DataParallel", "SingleDevice")."""
+    if isinstance(strategy, KerasDistribution):
+        return strategy.name
     name = type(strategy).__name__
     return {
         "CollectiveAllReduceStrategy": "MultiWorkerMirroredStrategy",
@@ -575,16 +645,24 @@ def train(config, model_dir, backup_dir=None, verbose="auto", overwrite=False):
     _check_model_dir(model_dir, backup_dir, overwrite)
     created = not os.path.exists(model_dir)
     try:
-        strategy = get_strategy(config["strategy"], config["cpu_replicas"])
-        kind, index, is_chief = _task()
+        backend = keras.backend.backend()
+        if backend == "tensorflow":
+            strategy = get_strategy(config["strategy"], config["cpu_replicas"])
+            kind, index, is_chief = _task()
+        else:  # one process: Keras' distribution API, not TF_CONFIG's cluster
+            strategy = get_distribution(config["strategy"], config["cpu_replicas"])
+            index, is_chief = 0, True
         replicas = strategy.num_replicas_in_sync
         print(f"keras-vit train: {strategy_name(strategy)} with {replicas} replica(s)"
-              f"{'' if is_chief else f' (worker {index})'}; precision {policy} "
-              f"({'auto: ' if config['precision'] == 'auto' else ''}{why})", flush=True)
+              f"{'' if is_chief else f' (worker {index})'}{'' if backend == 'tensorflow' else f' on {backend}'}; "
+              f"precision {policy} ({'auto: ' if config['precision'] == 'auto' else ''}{why})", flush=True)
         keras.utils.set_random_seed(config["seed"])
         keras.mixed_precision.set_global_policy(policy)
+        # A Keras distribution shards the batches of fit and evaluate too, not only the variables.
+        scope = strategy.scope() if isinstance(strategy, KerasDistribution) else contextlib.nullcontext()
         try:
-            return _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, (policy, why))
+            with scope:
+                return _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, (policy, why))
         finally:
             keras.mixed_precision.set_global_policy("float32")
     except BaseException:
@@ -647,14 +725,22 @@ def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, pr
     val_ds = (data_lib.make_dataset(val_split, config["image_size"], batch, training=False, **eval_kw)
               if val_split is not None else None)
     test_ds = data_lib.make_dataset(test_split, config["image_size"], batch, training=False, **eval_kw)
+    padded = isinstance(strategy, KerasDistribution) and strategy.num_replicas_in_sync > 1
+    if padded:  # DataParallel splits every batch evenly over the devices, the last one too
+        val_ds, test_ds = (_pad_batches(ds, strategy.num_replicas_in_sync) if ds is not None else None
+                           for ds in (val_ds, test_ds))
 
     with strategy.scope():
         model = build_model(config, class_names)
         model.compile(
             optimizer=build_optimizer(config, steps),
-            loss=keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=config["label_smoothing"]),
-            metrics=[keras.metrics.CategoricalAccuracy(name="accuracy")],
-            jit_compile=config["jit_compile"],
+            loss=keras.losses.CategoricalCrossentropy(
+                from_logits=True, label_smoothing=config["label_smoothing"],
+                # padded rows (weight 0) must not count in a batch's mean; same value on unweighted batches
+                **({"reduction": "mean_with_sample_weight"} if padded else {})),
+            # weighted_metrics: the only ones that see sample weights (the zero weights of padded rows)
+            **{"weighted_metrics" if padded else "metrics": [keras.metrics.CategoricalAccuracy(name="accuracy")]},
+            jit_compile=_jit_compile(config["jit_compile"]),
         )
     apply_multi_worker_fix(model, strategy)
     backup_dir = backup_dir or os.path.join(model_dir, "backup")
@@ -699,7 +785,8 @@ def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, pr
         "class_names": class_names,
         "final_epoch_logs": {k: float(v[-1]) for k, v in history.history.items() if v},
         "config": config,
-        "versions": {"tensorflow": tf.__version__, "keras": keras.__version__},
+        "backend": keras.backend.backend(),
+        "versions": _versions(),
     }
     if is_chief:
         with atomic_path(os.path.join(out_dir, "model.keras")) as tmp:
@@ -711,6 +798,40 @@ def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, pr
           f"test accuracy {test_accuracy:.4f}, test loss {test_loss:.4f}, {train_seconds:.0f} s, "
           f"{strategy_name(strategy)} x{strategy.num_replicas_in_sync} -> {out_dir}", flush=True)
     return metrics
+
+
+def _pad_batches(ds, multiple):
+    """(images, labels) batches padded with zero rows to a multiple of `multiple`, as (images, labels,
+    sample weights) with weight 0 on the padding: accuracy and each batch's mean loss count only
+    the real examples. (Keras weights each batch's loss by its row count, pad rows included: over a
+    split, the loss moves by at most (multiple - 1) / len(split) of one batch's difference from the mean.)"""
+    def pad(images, labels):
+        n = tf.shape(images)[0]
+        extra = (multiple - n % multiple) % multiple
+
+        def zeros(x):
+            return tf.zeros(tf.concat([[extra], tf.shape(x)[1:]], 0), x.dtype)
+
+        weights = tf.concat([tf.ones([n]), tf.zeros([extra])], 0)
+        return tf.concat([images, zeros(images)], 0), tf.concat([labels, zeros(labels)], 0), weights
+
+    return ds.map(pad)
+
+
+def _jit_compile(value):
+    """The recipe's jit_compile, for the backend: False (TensorFlow's graphs without XLA) is Keras' own
+    default elsewhere, since jax has no compiled mode but XLA and torch runs eagerly."""
+    if value is False and keras.backend.backend() != "tensorflow":
+        return "auto"
+    return value
+
+
+def _versions():
+    versions = {"tensorflow": tf.__version__, "keras": keras.__version__}
+    backend = keras.backend.backend()
+    if backend != "tensorflow":
+        versions[backend] = importlib.import_module(backend).__version__
+    return versions
 
 
 def _json_default(value):

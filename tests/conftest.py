@@ -9,6 +9,62 @@ import pytest  # noqa: E402
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
 SHARED = ROOT.parent / "shared"
+BACKEND = os.environ["KERAS_BACKEND"]
+
+
+def pytest_report_header(config):
+    if BACKEND != "tensorflow":
+        return (f"KERAS_BACKEND={BACKEND}: only the tests marked `backends` (and not `one_backend`) run; the rest "
+                "drive TensorFlow itself (tf.data, tf.distribute, SavedModel/TFLite export) or check what no backend "
+                "changes, and run under the tensorflow backend")
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under jax or torch, keep the portable tests (marked `backends`, not `one_backend`); deselect the rest."""
+    if BACKEND == "tensorflow":
+        return
+    def portable(item):
+        return item.get_closest_marker("backends") and not item.get_closest_marker("one_backend")
+
+    kept = [item for item in items if portable(item)]
+    dropped = [item for item in items if not portable(item)]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+tensorflow_only = pytest.mark.skipif(BACKEND != "tensorflow", reason=f"TensorFlow-only (KERAS_BACKEND={BACKEND})")
+
+
+def gradients(loss_fn, variables):
+    """d loss_fn() / d variables as NumPy arrays, with the current backend's own autodiff.
+
+    `variables` are Keras variables; `loss_fn` reads them (a layer call or an op on them).
+    """
+    import keras
+    from keras.ops import convert_to_numpy
+
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        with tf.GradientTape() as tape:
+            loss = loss_fn()
+        return [convert_to_numpy(g) for g in tape.gradient(loss, [v.value for v in variables])]
+    if BACKEND == "jax":
+        import jax
+
+        def stateless(values):
+            with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+                return loss_fn()
+
+        return [convert_to_numpy(g) for g in jax.grad(stateless)([v.value for v in variables])]
+    if BACKEND == "torch":
+        for v in variables:
+            v.value.grad = None
+        loss_fn().backward()
+        return [convert_to_numpy(v.value.grad) for v in variables]
+    raise ValueError(f"no gradient helper for KERAS_BACKEND={BACKEND!r}")
 
 
 @pytest.fixture(autouse=True)

@@ -16,6 +16,8 @@ import tensorflow as tf
 import keras_vit
 from conftest import DATA, ROOT, randomize, tiny_vit
 
+pytestmark = pytest.mark.backends
+
 CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 SHIPPED = {
     "vit_cifar10": os.environ.get("KERAS_VIT_CIFAR10_MODEL", ROOT / "saved_models" / "vit_cifar10" / "model.keras"),
@@ -123,6 +125,7 @@ def test_load_image_errors_name_the_file(tmp_path):
         keras_vit.load_image(tmp_path / "cut.jpg")
 
 
+@pytest.mark.one_backend  # tf.keras is TensorFlow's
 def test_keras_and_tf_keras_load_models_after_import_keras_vit(tmp_path):
     model = randomize(tiny_vit(classes=3, class_names=["cat", "dog", "bird"], classifier_activation="softmax"))
     path = tmp_path / "vit.keras"
@@ -149,6 +152,7 @@ print(json.dumps({{"type": type(a).__name__, "class_names": a.class_names,
     np.testing.assert_allclose(loaded["b"], expected, atol=1e-6)
 
 
+@pytest.mark.one_backend  # tf.keras; under jax and torch test_visualize loads the shipped CIFAR-10 model
 @pytest.mark.parametrize("name", sorted(SHIPPED))
 def test_shipped_models_load_with_keras_and_tf_keras(name):
     path = pathlib.Path(SHIPPED[name])

@@ -59,3 +59,15 @@ def test_datasize_study_renders_its_table_and_figure(tmp_path):
     assert "| hybrid | 14,250 (30%) | 1,500 | 65.00% | 60.00% +- 1.0 |" in text
     datasize.figure(rows, 10, tmp_path / "datasize.png")
     assert (tmp_path / "datasize.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_backends_table_compares_each_backend_with_tensorflow():
+    info = {f"keras-vit {b}": {"ready": {"float32": {"first_step_s": 2.0}},
+                               "versions": {"tensorflow": "2.21", **({b: "1.0"} if b != "tensorflow" else {})}}
+            for b in ("tensorflow", "jax", "torch")}
+    part = {"variant": "B/16", "batch": 8, "rounds": 3, "info": info, "load_during": [3.0],
+            "img_per_s": {"keras-vit tensorflow": 2.0, "keras-vit jax": 3.0, "keras-vit torch": 1.0}}
+    rows = [line for line in bench.backends_table(part).splitlines() if line.startswith("| j") or
+            line.startswith("| t")]
+    assert rows == ["| tensorflow | 2.00 | 1.00x | 2.0 | 2.21 |", "| jax | 3.00 | 1.50x | 2.0 | 1.0 |",
+                    "| torch | 1.00 | 0.50x | 2.0 | 1.0 |"]

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import numpy as np
+from keras.ops import convert_to_numpy as to_numpy
 import pytest
 
 import keras_vit
@@ -13,6 +14,8 @@ from conftest import DATA, ROOT, randomize, tiny_vit
 from keras_vit.checkpoints import (from_official_config, load_official_npz, load_weights, official_key,
                                    resolve_weights, save_official_npz)
 from keras_vit.presets import PRESETS
+
+pytestmark = pytest.mark.backends
 
 OFFICIAL = DATA / "official"
 CASES = ["vit_token_prelogits", "vit_gap_current_names", "hybrid_r2_token"]
@@ -66,7 +69,7 @@ def test_checkpoint_moved_to_another_resolution_uses_the_official_resampling():
     import scipy.ndimage
 
     grid = scipy.ndimage.zoom(stored[0, 1:].reshape(4, 4, -1), (6 / 4, 6 / 4, 1), order=1)
-    loaded = model.patch_encoder.position_embedding.numpy()
+    loaded = to_numpy(model.patch_encoder.position_embedding)
     np.testing.assert_allclose(loaded[0, 1:], grid.reshape(36, -1), atol=1e-6)
     np.testing.assert_array_equal(loaded[0, :1], stored[0, :1])
 
@@ -76,7 +79,7 @@ def test_head_of_another_class_count_is_kept_and_pre_logits_dropped():
     report = load_official_npz(model, OFFICIAL / "vit_token_prelogits.npz")
     assert [k.split(" ")[0] for k in report["kept"]] == ["head/kernel", "head/bias"]
     assert report["dropped"] == ["pre_logits/bias", "pre_logits/kernel"]
-    assert np.all(model.get_layer("head").kernel.numpy() == 0)
+    assert np.all(to_numpy(model.get_layer("head").kernel) == 0)
     features, _, _ = _case("vit_token_prelogits", include_top=False)
     assert load_official_npz(features, OFFICIAL / "vit_token_prelogits.npz")["dropped"] == ["head/bias", "head/kernel"]
 
@@ -179,6 +182,7 @@ def test_pickled_arrays_are_refused(tmp_path):
     _assert_unchanged(model, before)
 
 
+@pytest.mark.one_backend
 def test_official_key_table():
     assert official_key("encoderblock_3/query/kernel") == \
         "Transformer/encoderblock_3/MultiHeadDotProductAttention_1/query/kernel"
@@ -188,6 +192,7 @@ def test_official_key_table():
     assert official_key("patch_encoder/pos_embedding") == "Transformer/posembed_input/pos_embedding"
 
 
+@pytest.mark.one_backend
 def test_named_weights_resolve_to_the_public_release(monkeypatch):
     monkeypatch.delenv("KERAS_VIT_WEIGHTS_URL", raising=False)
     base = "https://storage.googleapis.com/vit_models"
@@ -212,6 +217,7 @@ def test_named_weights_resolve_to_the_public_release(monkeypatch):
         resolve_weights("imagenet1k", "B/16")
 
 
+@pytest.mark.one_backend
 def test_named_weights_are_fetched_once_into_the_keras_cache(tmp_path, monkeypatch):
     mirror = tmp_path / "mirror" / "imagenet21k"
     mirror.mkdir(parents=True)
@@ -227,26 +233,27 @@ def test_named_weights_are_fetched_once_into_the_keras_cache(tmp_path, monkeypat
     model = keras_vit.ViTTi16(weights="imagenet21k", classes=10)
     cached = tmp_path / "keras_home" / "models" / "vit_models" / "imagenet21k" / "ViT-Ti_16.npz"
     assert cached.is_file()
-    np.testing.assert_array_equal(model.get_layer("encoder_norm").gamma.numpy(),
-                                  released.get_layer("encoder_norm").gamma.numpy())
-    assert np.all(model.get_layer("head").kernel.numpy() == 0)
+    np.testing.assert_array_equal(to_numpy(model.get_layer("encoder_norm").gamma),
+                                  to_numpy(released.get_layer("encoder_norm").gamma))
+    assert np.all(to_numpy(model.get_layer("head").kernel) == 0)
     shutil.rmtree(tmp_path / "mirror")  # the second time needs no network
     again = keras_vit.ViTTi16(weights="imagenet21k", classes=10)
-    np.testing.assert_array_equal(again.get_layer("encoder_norm").gamma.numpy(),
-                                  released.get_layer("encoder_norm").gamma.numpy())
+    np.testing.assert_array_equal(to_numpy(again.get_layer("encoder_norm").gamma),
+                                  to_numpy(released.get_layer("encoder_norm").gamma))
 
 
+@pytest.mark.one_backend
 def test_b16_checkpoint_built_at_224_loads_into_a_384_model(tmp_path):
     source = randomize(keras_vit.ViTB16(classifier_activation=None))
     path = save_official_npz(source, tmp_path / "ViT-B_16.npz")
-    pe = source.patch_encoder.position_embedding.numpy()
+    pe = to_numpy(source.patch_encoder.position_embedding)
     del source
     model = keras_vit.ViTB16(weights=str(path), input_shape=(384, 384, 3), classes=10)
-    loaded = model.patch_encoder.position_embedding.numpy()
+    loaded = to_numpy(model.patch_encoder.position_embedding)
     assert loaded.shape == (1, 577, 768)
     expected = keras_vit.resample_position_embeddings(pe, 24)
     np.testing.assert_array_equal(loaded, expected)
-    assert np.all(model.get_layer("head").kernel.numpy() == 0)
+    assert np.all(to_numpy(model.get_layer("head").kernel) == 0)
 
 
 @pytest.mark.parametrize("suffix", [".keras", ".weights.h5"])
@@ -259,10 +266,10 @@ def test_keras_files_load_into_a_model_of_another_size(tmp_path, suffix):
         big.load_weights(path) if suffix == ".weights.h5" else big.set_weights(small.get_weights())
     report = load_weights(big, path)
     assert report["resampled"] == ["position embeddings 4x4 -> 6x6 (official)"]
-    np.testing.assert_array_equal(big.get_layer("head").kernel.numpy(), small.get_layer("head").kernel.numpy())
+    np.testing.assert_array_equal(to_numpy(big.get_layer("head").kernel), to_numpy(small.get_layer("head").kernel))
     via_constructor = tiny_vit(image_size=48, weights=path)
-    np.testing.assert_array_equal(via_constructor.patch_encoder.position_embedding.numpy(),
-                                  big.patch_encoder.position_embedding.numpy())
+    np.testing.assert_array_equal(to_numpy(via_constructor.patch_encoder.position_embedding),
+                                  to_numpy(big.patch_encoder.position_embedding))
 
 
 def _cli(*args):
@@ -270,6 +277,7 @@ def _cli(*args):
                           cwd=ROOT, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
 
 
+@pytest.mark.one_backend
 def test_convert_cli_writes_a_ready_to_fine_tune_model_atomically(tmp_path):
     import keras
 
@@ -282,7 +290,7 @@ def test_convert_cli_writes_a_ready_to_fine_tune_model_atomically(tmp_path):
     assert "resampled: position embeddings 2x2 -> 4x4 (official)" in result.stderr
     model = keras.models.load_model(out)
     assert model.input_shape == (None, 64, 64, 3) and model.output_shape == (None, 10)
-    assert np.all(model.get_layer("head").kernel.numpy() == 0)
+    assert np.all(to_numpy(model.get_layer("head").kernel) == 0)
     np.testing.assert_array_equal(model.get_layer("encoderblock_5").get_weights()[0],
                                   source.get_layer("encoderblock_5").get_weights()[0])
     # an existing file is kept unless --overwrite
@@ -318,8 +326,8 @@ def test_rgb_weights_into_a_model_of_other_channels_are_refused_naming_both_coun
     # and a 4-channel model takes 4-channel weights
     target = tiny_vit(channels=4)
     load_weights(target, rgba_path)
-    np.testing.assert_array_equal(target.patch_encoder.projection.kernel.numpy(),
-                                  rgba.patch_encoder.projection.kernel.numpy())
+    np.testing.assert_array_equal(to_numpy(target.patch_encoder.projection.kernel),
+                                  to_numpy(rgba.patch_encoder.projection.kernel))
 
 
 def test_hybrid_root_conv_channels_are_checked(tmp_path):

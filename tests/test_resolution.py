@@ -6,6 +6,7 @@ import sys
 
 import keras
 import numpy as np
+from keras.ops import convert_to_numpy as to_numpy
 import pytest
 import tensorflow as tf
 
@@ -40,13 +41,18 @@ def test_interpolation_matrices_equal_the_numpy_ones_eagerly_and_traced(method):
         assert np.abs(graph - expected).max() <= 1e-6
 
 
+@pytest.mark.backends
 def test_unknown_resampling_method_is_named():
     with pytest.raises(ValueError, match="'nearest'"):
         tiny_vit(dynamic_image_size=True, posemb_resample="nearest")
 
 
+@pytest.mark.backends
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("method", interpolation.METHODS)
+# under jax and torch "official" only: each case is a few seconds of jax's op-by-op compiling, and the
+# methods differ only in keras.ops arithmetic (test_backends.py moves a bicubic dynamic model across backends)
+@pytest.mark.parametrize("method", [m if m == "official" else pytest.param(m, marks=pytest.mark.one_backend)
+                                    for m in interpolation.METHODS])
 def test_dynamic_model_equals_a_model_built_at_each_size(kind, method):
     dynamic = randomize(tiny_vit(dynamic_image_size=True, posemb_resample=method, **KINDS[kind]))
     assert dynamic.input_shape == (None, None, None, 3)
@@ -62,7 +68,7 @@ def test_dynamic_model_equals_a_model_built_at_each_size(kind, method):
             num_prefix_tokens=dynamic.num_prefix_tokens, method=method)
         assert np.abs(in_graph - expected).max() <= 1e-6
         images = rng.normal(size=(2,) + size + (3,)).astype("float32")
-        assert np.abs(np.asarray(dynamic(images)) - np.asarray(static(images))).max() <= 1e-5
+        assert np.abs(to_numpy(dynamic(images)) - to_numpy(static(images))).max() <= 1e-5
 
 
 def test_traced_for_any_size_it_matches_eager_and_resamples_only_off_the_stored_grid():
@@ -112,6 +118,7 @@ def test_fit_over_batches_of_two_resolutions():
     assert history.history["loss"][-1] < history.history["loss"][0]
 
 
+@pytest.mark.backends
 def test_dynamic_model_under_mixed_bfloat16():
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     model = randomize(tiny_vit(dynamic_image_size=True))
@@ -119,16 +126,16 @@ def test_dynamic_model_under_mixed_bfloat16():
     reference = tiny_vit(dynamic_image_size=True)
     reference.set_weights(model.get_weights())
     images = np.random.default_rng(0).normal(size=(2, 48, 40, 3)).astype("float32")
-    out = np.asarray(model(images))
+    out = to_numpy(model(images))
     assert out.dtype == np.float32 and out.shape == (2, 7)
-    assert np.abs(out - np.asarray(reference(images))).max() < 0.1
+    assert np.abs(out - to_numpy(reference(images))).max() < 0.1
 
 
 def test_keras_round_trip_in_a_fresh_process(tmp_path):
     model = randomize(tiny_vit(dynamic_image_size=True, posemb_resample="bicubic"))
     images = np.random.default_rng(0).normal(size=(2, 48, 40, 3)).astype("float32")
     np.save(tmp_path / "images.npy", images)
-    np.save(tmp_path / "logits.npy", np.asarray(model(images)))
+    np.save(tmp_path / "logits.npy", to_numpy(model(images)))
     model.save(tmp_path / "dyn.keras")
     code = f"""
 import numpy as np, keras, keras_vit
@@ -142,6 +149,7 @@ print(float(diff.max()))
     assert float(out.stdout.strip().splitlines()[-1]) == 0.0
 
 
+@pytest.mark.backends
 @pytest.mark.parametrize("name", ["vit_token_prelogits", "vit_gap_current_names", "hybrid_r2_token"])
 def test_official_checkpoint_in_a_dynamic_model(tmp_path, name):
     """At the base size the official logits; at a new size, the official resampling's."""
@@ -166,14 +174,16 @@ def test_official_checkpoint_in_a_dynamic_model(tmp_path, name):
         assert np.array_equal(back[key], original[key])
 
 
+@pytest.mark.backends
 def test_with_image_size_keeps_a_dynamic_model_dynamic():
     model = randomize(tiny_vit(dynamic_image_size=True))
     moved = keras_vit.with_image_size(model, 48)
     assert moved.dynamic_image_size and moved.image_size == (48, 48) and moved.patch_encoder.grid_size == (6, 6)
     images = np.random.default_rng(0).normal(size=(1, 48, 48, 3)).astype("float32")
-    assert np.abs(np.asarray(moved(images)) - np.asarray(model(images))).max() <= 1e-5
+    assert np.abs(to_numpy(moved(images)) - to_numpy(model(images))).max() <= 1e-5
 
 
+@pytest.mark.backends
 def test_constructors_take_none_sizes():
     model = keras_vit.ViTTi16(input_shape=(None, None, 3), weights=None, classes=5, image_size=64)
     assert model.dynamic_image_size and model.image_size == (64, 64) and model.input_shape == (None, None, None, 3)
@@ -197,6 +207,7 @@ def _upsample_each_patch(images, patch, new_patch):
     return tf.reshape(x, (b, gh * nh, gw * nw, c)).numpy()
 
 
+@pytest.mark.backends
 @pytest.mark.parametrize("new_patch", [12, 16, (8, 16)])
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_with_patch_size_keeps_the_logits_of_upsampled_patches(new_patch, dynamic):
@@ -207,9 +218,10 @@ def test_with_patch_size_keeps_the_logits_of_upsampled_patches(new_patch, dynami
     assert flexi.image_size == (4 * new[0], 4 * new[1]) and flexi.dynamic_image_size == dynamic
     images = np.random.default_rng(0).normal(size=(2, 32, 32, 3)).astype("float32")
     upsampled = _upsample_each_patch(images, 8, new)
-    assert np.abs(np.asarray(flexi(upsampled)) - np.asarray(model(images))).max() <= 1e-4
+    assert np.abs(to_numpy(flexi(upsampled)) - to_numpy(model(images))).max() <= 1e-4
 
 
+@pytest.mark.backends
 def test_resample_patch_embedding_methods_and_errors():
     kernel = np.random.default_rng(0).normal(size=(4, 4, 3, 5)).astype("float32")
     assert resample_patch_embedding(kernel, 4) is kernel
@@ -234,7 +246,7 @@ def _pixels(size, n=6, seed=0):
 
 
 def _keras_logits(model, pixels):
-    return np.asarray(model(keras_vit.preprocess_input(pixels.astype("float32"))))
+    return to_numpy(model(keras_vit.preprocess_input(pixels.astype("float32"))))
 
 
 def test_tflite_with_one_signature_per_size(tmp_path):
@@ -301,6 +313,7 @@ def test_export_cli_sizes_and_bad_requests(tmp_path):
     assert not (tmp_path / "x").exists() and not (tmp_path / "y.tflite").exists()
 
 
+@pytest.mark.backends
 def test_visualize_maps_are_on_each_images_own_grid():
     from keras_vit import visualize
 

@@ -1,15 +1,18 @@
 import numpy as np
 import keras
 import pytest
+from keras.ops import convert_to_numpy as to_numpy
 
 from keras_vit.stem import BottleneckUnit, StdConv2D, resnet_stem, standardize_kernel
+
+pytestmark = pytest.mark.backends
 
 
 def test_weight_standardization_uses_population_std_over_h_w_cin():
     rng = np.random.default_rng(0)
     w = rng.normal(size=(3, 3, 4, 5)).astype("float32")
     expected = (w - w.mean((0, 1, 2))) / (w.std((0, 1, 2)) + 1e-5)
-    np.testing.assert_allclose(standardize_kernel(w).numpy(), expected, atol=1e-5)
+    np.testing.assert_allclose(to_numpy(standardize_kernel(w)), expected, atol=1e-5)
 
 
 def test_std_conv_is_a_same_padded_conv_with_the_standardized_kernel():
@@ -18,8 +21,8 @@ def test_std_conv_is_a_same_padded_conv_with_the_standardized_kernel():
     rng = np.random.default_rng(1)
     x = rng.normal(size=(2, 9, 9, 4)).astype("float32")
     conv = StdConv2D(6, 7, strides=2)
-    y = conv(x).numpy()
-    kernel = standardize_kernel(conv.kernel.numpy()).numpy()
+    y = to_numpy(conv(x))
+    kernel = to_numpy(standardize_kernel(to_numpy(conv.kernel)))
     expected = tf.nn.conv2d(x, kernel, strides=2, padding="SAME").numpy()
     np.testing.assert_allclose(y, expected, atol=1e-4)
     assert y.shape == (2, 5, 5, 6)
@@ -37,7 +40,7 @@ def test_bottleneck_projects_only_when_channels_or_stride_change():
     assert widened.conv_proj is not None
     # gn3 starts at zero scale, so a fresh unit without projection is ReLU(x)
     x = np.random.default_rng(2).normal(size=(1, 4, 4, 128)).astype("float32")
-    np.testing.assert_allclose(BottleneckUnit(32)(x).numpy(), np.maximum(x, 0), atol=1e-6)
+    np.testing.assert_allclose(to_numpy(BottleneckUnit(32)(x)), np.maximum(x, 0), atol=1e-6)
 
 
 def test_stem_downsamples_4x_then_2x_per_later_stage():

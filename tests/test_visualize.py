@@ -11,6 +11,8 @@ import pytest
 from conftest import DATA, ROOT, randomize, tiny_vit
 from keras_vit import visualize as viz
 
+pytestmark = pytest.mark.backends
+
 CIFAR_IMAGES = sorted((DATA / "cifar10").glob("*.jpg"))
 # The shipped CIFAR-10 model; KERAS_VIT_CIFAR10_MODEL points the claims test at another file.
 SHIPPED_CIFAR10 = os.environ.get("KERAS_VIT_CIFAR10_MODEL", str(ROOT / "saved_models" / "vit_cifar10" / "model.keras"))
@@ -303,6 +305,7 @@ def _saved_model(path, **overrides):
     return model
 
 
+@pytest.mark.one_backend  # figures and files from the arrays that the tests above check on every backend
 def test_cli_writes_the_four_figures_and_their_data(tmp_path, capsys):
     from matplotlib.image import imread
 
