@@ -204,14 +204,8 @@ def _test_set(split, max_images, seed):
     return images, np.asarray(labels)
 
 
-def _stack(images, idx, size):
-    """Selected images of a list (streamed, of mixed sizes) or array, as one array at `size`."""
-    if isinstance(images, np.ndarray):
-        return images[idx]
-    return np.stack([resize_images(np.asarray(images[i])[None], size)[0] for i in idx])
-
-
-def _as_sizes(images, size):
+def _at_size(images, size):
+    """An array of images; a list (a stream's images, of mixed sizes) is resized one by one."""
     if isinstance(images, np.ndarray):
         return images
     return np.stack([resize_images(np.asarray(im)[None], size)[0] for im in images])
@@ -271,12 +265,13 @@ def fewshot_evaluate(model, data, shots=(1, 5, 10, 25), seeds=3, *, holdout=10, 
         rng = np.random.default_rng(seed)
         draws.append({c: rng.permutation(idx)[:need] for c, idx in pools.items()})
     used = np.unique(np.concatenate([idx for draw in draws for idx in draw.values()]))
-    used_features = extract_features(model, _stack(pool_images, used, size), batch_size, verbose,
+    used_features = extract_features(model, _at_size(pool_images[used] if isinstance(pool_images, np.ndarray)
+                                                     else [pool_images[i] for i in used], size), batch_size, verbose,
                                      "training images")
     row = {int(i): r for r, i in enumerate(used)}
 
     test_x, test_y = _test_set(test, test_images, seed=0)
-    test_features = extract_features(model, _as_sizes(test_x, size), batch_size, verbose, "test images")
+    test_features = extract_features(model, _at_size(test_x, size), batch_size, verbose, "test images")
 
     results = {}
     for n in shots:
