@@ -8,7 +8,7 @@ seen more often, as the paper's pre-training subsets are), in its own model dir:
 command skips finished runs and resumes an interrupted one from its backup.
 
     python benchmarks/datasize.py --data ../shared/data/cifar10-jpeg.tgz --fractions 0.1 0.3 1.0 \
-        --steps 1500 --out benchmarks/datasize
+        --steps 1000 --out benchmarks/datasize
 
 writes `runs/<recipe>_<fraction>/` (the training runs), and `datasize.json`, `datasize.md` and
 `datasize.png` (the table and the figure) into --out.
@@ -96,7 +96,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", default="cifar10", help="a data source as the recipes take it (default tfds cifar10)")
     p.add_argument("--fractions", type=float, nargs="+", default=[0.1, 0.3, 1.0])
-    p.add_argument("--steps", type=int, default=1500, help="training steps of every run (default 1500)")
+    p.add_argument("--steps", type=int, default=1000, help="training steps of every run (default 1000)")
     p.add_argument("--epochs", type=int, default=10, help="the step budget is split into this many epochs")
     p.add_argument("--models", nargs="+", choices=sorted(RECIPES), default=list(RECIPES))
     p.add_argument("--shots", type=int, default=10)

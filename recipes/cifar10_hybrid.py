@@ -6,7 +6,11 @@ bias (locality, translation equivariance). Sized for 32x32 images on a CPU: the 
 `root="small"` (a 3x3/1 conv, no max-pool, as ResNets for CIFAR) and three stages of
 (1, 1, 2) bottleneck units, widths 32/64/128 (GroupNorm + weight standardization as BiT), give an
 8x8x512 feature map; 1x1 patches make 64 tokens for 4 blocks of width 128 (1.4M parameters).
-About 4x the ViT recipe's compute per image.
+About 2-4x the ViT recipe's compute per image, so 20 epochs where the ViT has 50: on 2 CPU cores
+with AVX512-BF16, 4.6 min an epoch, about 92 min wall and 170 min CPU in all, 81.8% test accuracy
+(saved_models/vit_cifar10_hybrid; the ViT recipe: 70.7%). Validation accuracy levelled off near 81%
+as the cosine schedule ended, 4 points under training accuracy on augmented images (85%): the
+model underfits rather than overfits, so a longer schedule or a wider stem is the next step.
 
 Data: the tfds `cifar10` by default (downloads once), or a local copy:
     keras-vit train recipes/cifar10_hybrid.py --set data=../shared/data/cifar10-jpeg.tgz

