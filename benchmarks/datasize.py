@@ -75,7 +75,7 @@ def figure(rows, shots, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 3.8))
+    fig, ax = plt.subplots(figsize=(8, 3.8))
     for i, name in enumerate(RECIPES):
         mine = sorted((r for r in rows if r["model"] == name), key=lambda r: r["fraction"])
         if not mine:
@@ -85,8 +85,9 @@ def figure(rows, shots, path):
         ax.plot(x, [r["fewshot_mean"] for r in mine], "s--", color=f"C{i}", label=f"{name}: {shots}-shot linear")
     ax.set(xscale="log", xlabel="training images (log)", ylabel="accuracy",
            title=f"Data size at a fixed budget of {rows[0]['steps']:,} steps")
+    ax.yaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))  # outside: the lines stay readable
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
