@@ -204,11 +204,12 @@ def _test_set(split, max_images, seed):
     return images, np.asarray(labels)
 
 
-def _at_size(images, size):
-    """An array of images; a list (a stream's images, of mixed sizes) is resized one by one."""
+def _at_size(images, size, idx=None):
+    """The images (those at `idx`) as one array; a list (a stream's images, of mixed sizes) is resized one by one."""
     if isinstance(images, np.ndarray):
-        return images
-    return np.stack([resize_images(np.asarray(im)[None], size)[0] for im in images])
+        return images if idx is None else images[idx]
+    picked = images if idx is None else [images[i] for i in idx]
+    return np.stack([resize_images(np.asarray(im)[None], size)[0] for im in picked])
 
 
 def fewshot_evaluate(model, data, shots=(1, 5, 10, 25), seeds=3, *, holdout=10, l2_regs=L2_REGS,
@@ -265,9 +266,7 @@ def fewshot_evaluate(model, data, shots=(1, 5, 10, 25), seeds=3, *, holdout=10, 
         rng = np.random.default_rng(seed)
         draws.append({c: rng.permutation(idx)[:need] for c, idx in pools.items()})
     used = np.unique(np.concatenate([idx for draw in draws for idx in draw.values()]))
-    used_features = extract_features(model, _at_size(pool_images[used] if isinstance(pool_images, np.ndarray)
-                                                     else [pool_images[i] for i in used], size), batch_size, verbose,
-                                     "training images")
+    used_features = extract_features(model, _at_size(pool_images, size, used), batch_size, verbose, "training images")
     row = {int(i): r for r, i in enumerate(used)}
 
     test_x, test_y = _test_set(test, test_images, seed=0)

@@ -143,7 +143,7 @@ def main(argv=None):
     # A resumed run's clock starts again: say which epochs the time covers.
     timed = f"; epochs {resumed + 1}-{metrics['epochs_completed']}, resumed from the backup" if resumed else ""
     stem = ""
-    if getattr(model, "resnet", None):
+    if model.resnet:
         r = model.resnet
         # The hybrid: the patches are cut from the ResNet stem's feature map, not from the pixels.
         stem = (f"hybrid: BiT ResNet stem, units {tuple(r['num_layers'])}, width factor {r['width_factor']}, "
