@@ -128,15 +128,32 @@ def main(argv=None):
                          "train_seconds": metrics["train_seconds"]})
             print(f"{name} {fraction:.0%}: test {metrics['test_accuracy']:.2%}, {args.shots}-shot "
                   f"{result['mean']:.2%}", flush=True)
-    os.makedirs(args.out, exist_ok=True)
-    text = table(rows, args.shots)
     command = "python benchmarks/datasize.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    with open(os.path.join(args.out, "datasize.md"), "w") as f:
-        f.write(f"{text}\n\nReproduce: `{command}`\n")
-    with open(os.path.join(args.out, "datasize.json"), "w") as f:
-        json.dump({"command": command, "rows": rows}, f, indent=2)
-    figure(rows, args.shots, os.path.join(args.out, "datasize.png"))
-    print(text)
+    rows = write_results(args.out, [dict(r, command=command) for r in rows], args.shots)
+    print(table(rows, args.shots))
+    return rows
+
+
+def write_results(out, rows, shots):
+    """Writes datasize.json / .md / .png: the new rows, and from an earlier datasize.json the rows of
+    the models this run left out, so one model can be measured again (its command kept per row)."""
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, "datasize.json")
+    models = {r["model"] for r in rows}
+    if os.path.exists(path):
+        with open(path) as f:
+            earlier = json.load(f)
+        rows = [dict(r, command=r.get("command", earlier.get("command"))) for r in earlier["rows"]
+                if r["model"] not in models] + rows
+    order = list(RECIPES)
+    rows.sort(key=lambda r: (order.index(r["model"]) if r["model"] in order else len(order), r["fraction"]))
+    text = table(rows, shots)
+    commands = list(dict.fromkeys(r["command"] for r in rows if r.get("command")))
+    with open(os.path.join(out, "datasize.md"), "w") as f:
+        f.write(f"{text}\n\nReproduce: " + "; ".join(f"`{c}`" for c in commands) + "\n")
+    with open(path, "w") as f:
+        json.dump({"rows": rows}, f, indent=2)
+    figure(rows, shots, os.path.join(out, "datasize.png"))
     return rows
 
 

@@ -54,6 +54,10 @@ def official_key(path, layout="released"):
     'encoderblock_3/query/kernel' -> 'Transformer/encoderblock_3/MultiHeadDotProductAttention_1/query/kernel'.
     """
     parts = path.split("/")
+    if re.fullmatch(r"bn(\d+|_root|_proj)", parts[-2] if len(parts) > 1 else ""):
+        raise ValueError(f"The variable {path!r} belongs to a BatchNorm stem (resnet norm='batch'), which the "
+                         "official checkpoint layout has no place for (BiT's stem is GroupNorm): save the model "
+                         "as .keras or .weights.h5 instead.")
     leaf = _PARAM.get(parts[-1], parts[-1])
     head = parts[0]
     names = _BLOCK_NAMES[layout]

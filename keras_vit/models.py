@@ -12,7 +12,7 @@ from keras_vit._common import register as _register
 from keras_vit._common import to_pair as _pair
 from keras_vit.layers import ImageSizeCheck, PatchEncoder, TransformerBlock, grid_size
 from keras_vit.presets import PRESETS, VARIANTS, canonical_variant  # noqa: F401 (VARIANTS is public here)
-from keras_vit.stem import ROOTS, resnet_stem, stem_stride
+from keras_vit.stem import NORMS, ROOTS, resnet_stem, stem_stride
 
 CLASSIFIERS = ("token", "gap")
 POOLINGS = ("token", "gap", "avg", "max", "unpooled")
@@ -40,9 +40,10 @@ def _load_weights(model, weights):
 def _normalize_resnet(resnet):
     if resnet is None:
         return None
-    if not isinstance(resnet, dict) or set(resnet) - {"num_layers", "width_factor", "root"}:
+    if not isinstance(resnet, dict) or set(resnet) - {"num_layers", "width_factor", "root", "norm"}:
         raise ValueError(
-            f"resnet must be None or a dict(num_layers=(3, 4, 9), width_factor=1, root='bit'), got {resnet!r}."
+            "resnet must be None or a dict(num_layers=(3, 4, 9), width_factor=1, root='bit', norm='group'), "
+            f"got {resnet!r}."
         )
     num_layers = tuple(int(n) for n in resnet.get("num_layers", (3, 4, 9)))
     if any(n < 1 for n in num_layers):
@@ -53,6 +54,11 @@ def _normalize_resnet(resnet):
         raise ValueError(f"resnet root must be one of {sorted(ROOTS)}, got {root!r}.")
     if root != "bit":  # configs of the official hybrids stay as they were
         normalized["root"] = root
+    norm = resnet.get("norm", "group")
+    if norm not in NORMS:
+        raise ValueError(f"resnet norm must be one of {NORMS}, got {norm!r}.")
+    if norm != "group":
+        normalized["norm"] = norm
     return normalized
 
 
@@ -135,7 +141,9 @@ class VisionTransformer(keras.Model):
         resnet: None, or `dict(num_layers=(3, 4, 9), width_factor=1)` for a hybrid with a
             BiT ResNet-v2 stem; `num_layers=()` keeps its root block only; `root="small"`
             replaces the root's 7x7/2 conv and max-pool by a 3x3/1 conv, for small images
-            (CIFAR's 32x32) that the official root would shrink to 8x8 before any stage.
+            (CIFAR's 32x32) that the official root would shrink to 8x8 before any stage;
+            `norm="batch"` trains the stem with BatchNorm and plain convolutions in place of
+            BiT's GroupNorm and weight standardization (from scratch only: no checkpoint has it).
         dropout_rate, attention_dropout_rate: dropout after the position embeddings and in
             the MLP / on the attention probabilities.
         drop_path_rate: stochastic depth of the last block; it grows linearly from 0 over

@@ -385,14 +385,17 @@ def embedding_filter_components(model, num_components=12):
         source = "patch_embedding"
         note = f"Patch-embedding filters ({kernel.shape[0]}x{kernel.shape[1]} RGB, {kernel.shape[-1]} filters)."
     else:
-        from keras_vit.stem import standardize_kernel
+        from keras_vit.stem import StdConv2D, standardize_kernel
 
-        raw = model.get_layer("conv_root").kernel
-        kernel = keras.ops.convert_to_numpy(standardize_kernel(keras.ops.cast(raw, "float32")))
+        conv = model.get_layer("conv_root")
+        kernel = keras.ops.cast(conv.kernel, "float32")
+        standardized = isinstance(conv, StdConv2D)  # BiT's stem; a BatchNorm stem's convs are plain
+        kernel = keras.ops.convert_to_numpy(standardize_kernel(kernel) if standardized else kernel)
         channels = model.patch_encoder.projection.kernel.shape[2]
         source = "conv_root"
         note = (f"Hybrid: the patch embedding sees {channels} stem channels, not RGB; shown are the stem's "
-                f"conv_root filters ({kernel.shape[0]}x{kernel.shape[1]} RGB, weight-standardized).")
+                f"conv_root filters ({kernel.shape[0]}x{kernel.shape[1]} RGB"
+                f"{', weight-standardized' if standardized else ''}).")
     h, w, c, filters = kernel.shape
     data = kernel.reshape(h * w * c, filters).T.astype(np.float64)
     data -= data.mean(axis=0)

@@ -146,8 +146,9 @@ def main(argv=None):
     if model.resnet:
         r = model.resnet
         # The hybrid: the patches are cut from the ResNet stem's feature map, not from the pixels.
+        norm = {"group": "GroupNorm", "batch": "BatchNorm"}[r.get("norm", "group")]
         stem = (f"hybrid: BiT ResNet stem, units {tuple(r['num_layers'])}, width factor {r['width_factor']}, "
-                f"root `{r.get('root', 'bit')}`, then ")
+                f"root `{r.get('root', 'bit')}`, {norm}, then ")
     card = f"""# {args.title}
 
 | | |

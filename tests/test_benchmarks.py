@@ -60,6 +60,14 @@ def test_datasize_study_renders_its_table_and_figure(tmp_path):
     datasize.figure(rows, 10, tmp_path / "datasize.png")
     assert (tmp_path / "datasize.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
+    # measuring one model again keeps the other's rows, each with the command that measured it
+    datasize.write_results(tmp_path, [dict(r, command="first") for r in rows], 10)
+    again = [dict(r, test_accuracy=0.8, command="second") for r in rows if r["model"] == "hybrid"]
+    merged = datasize.write_results(tmp_path, again, 10)
+    assert [(r["model"], r["command"]) for r in merged] == [("ViT", "first")] * 3 + [("hybrid", "second")] * 3
+    assert [r["test_accuracy"] for r in merged] == [0.4, 0.5, 0.6, 0.8, 0.8, 0.8]
+    assert "Reproduce: `first`; `second`" in (tmp_path / "datasize.md").read_text()
+
 
 def test_backends_table_compares_each_backend_with_tensorflow():
     info = {f"keras-vit {b}": {"ready": {"float32": {"first_step_s": 2.0}},

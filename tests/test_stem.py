@@ -86,3 +86,40 @@ def test_a_small_root_hybrid_round_trips_through_an_official_npz(tmp_path):
     assert loaded.get_config()["resnet"] == {"num_layers": (1, 1, 1), "width_factor": 0.5, "root": "small"}
     images = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
     np.testing.assert_allclose(loaded.predict(images, verbose=0), model.predict(images, verbose=0), atol=1e-5)
+
+
+def test_a_batchnorm_stem_trains_saves_and_is_refused_by_the_official_layout(tmp_path):
+    """norm="batch": plain convolutions and BatchNorm (bn_root, bn1, ...), training-mode statistics,
+    a .keras round trip with the same logits; the official .npz layout (GroupNorm only) refuses it."""
+    import keras_vit
+
+    def build(norm):
+        return keras_vit.VisionTransformer(
+            image_size=32, patch_size=2, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64, classes=3,
+            resnet=dict(num_layers=(1, 1), width_factor=0.5, root="small", norm=norm))
+
+    model, bit = build("batch"), build("group")
+    names = {w.path for w in model.weights}
+    assert {"bn_root/moving_mean", "block2_unit1/bn_proj/gamma", "block1_unit1/bn3/moving_variance"} <= names
+    assert not any("/gn" in "/" + n for n in names)
+    assert isinstance(model.get_layer("conv_root"), keras.layers.Conv2D)
+    assert isinstance(bit.get_layer("conv_root"), StdConv2D) and "norm" not in bit.get_config()["resnet"]
+    assert model.get_config()["resnet"]["norm"] == "batch"
+    assert model.get_layer("block1_unit1").get_config()["norm"] == "batch"
+    # BatchNorm's scale and bias are trainable, its moving statistics not (and no weight decay reaches them)
+    assert len(model.trainable_weights) < len(model.weights)
+
+    images = np.random.default_rng(0).uniform(-1, 1, (8, 32, 32, 3)).astype("float32")
+    model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    moving = to_numpy(model.get_layer("bn_root").moving_mean).copy()
+    model.fit(images, np.arange(8) % 3, epochs=1, verbose=0)
+    assert not np.allclose(to_numpy(model.get_layer("bn_root").moving_mean), moving)  # trained in training mode
+
+    model.save(tmp_path / "bn.keras")
+    loaded = keras.saving.load_model(tmp_path / "bn.keras")
+    np.testing.assert_allclose(to_numpy(loaded(images)), to_numpy(model(images)), atol=1e-5)
+    with pytest.raises(ValueError, match="bn_root.*BatchNorm stem"):
+        keras_vit.save_official_npz(model, tmp_path / "bn.npz")
+    assert not (tmp_path / "bn.npz").exists()
+    with pytest.raises(ValueError, match="resnet norm must be one of .*'layer'"):
+        build("layer")

@@ -206,7 +206,11 @@ def test_hybrid_filters_come_from_the_rgb_stem_and_say_so():
     result = viz.embedding_filter_components(model)
     assert result["source"] == "conv_root"
     assert result["components"].shape == (12, 7, 7, 3)  # the default: the informative few
-    assert "not RGB" in result["note"]
+    assert "not RGB" in result["note"] and "weight-standardized" in result["note"]
+    # a BatchNorm stem's root conv is plain: its filters are shown as they are, and the note says nothing else
+    model = tiny_vit(patch_size=2, resnet=dict(num_layers=(1,), width_factor=1, norm="batch"))
+    result = viz.embedding_filter_components(model)
+    assert result["source"] == "conv_root" and "weight-standardized" not in result["note"]
 
 
 # --------------------------------------------------------------------------- on real models
