@@ -143,8 +143,7 @@ def write_results(out, rows, shots):
     if os.path.exists(path):
         with open(path) as f:
             earlier = json.load(f)
-        rows = [dict(r, command=r.get("command", earlier.get("command"))) for r in earlier["rows"]
-                if r["model"] not in models] + rows
+        rows = [r for r in earlier["rows"] if r["model"] not in models] + rows
     order = list(RECIPES)
     rows.sort(key=lambda r: (order.index(r["model"]) if r["model"] in order else len(order), r["fraction"]))
     text = table(rows, shots)

@@ -12,7 +12,7 @@ from keras_vit._common import register as _register
 from keras_vit._common import to_pair as _pair
 from keras_vit.layers import ImageSizeCheck, PatchEncoder, TransformerBlock, grid_size
 from keras_vit.presets import PRESETS, VARIANTS, canonical_variant  # noqa: F401 (VARIANTS is public here)
-from keras_vit.stem import NORMS, ROOTS, resnet_stem, stem_stride
+from keras_vit.stem import ROOTS, check_norm, resnet_stem, stem_stride
 
 CLASSIFIERS = ("token", "gap")
 POOLINGS = ("token", "gap", "avg", "max", "unpooled")
@@ -54,9 +54,7 @@ def _normalize_resnet(resnet):
         raise ValueError(f"resnet root must be one of {sorted(ROOTS)}, got {root!r}.")
     if root != "bit":  # configs of the official hybrids stay as they were
         normalized["root"] = root
-    norm = resnet.get("norm", "group")
-    if norm not in NORMS:
-        raise ValueError(f"resnet norm must be one of {NORMS}, got {norm!r}.")
+    norm = check_norm(resnet.get("norm", "group"))
     if norm != "group":
         normalized["norm"] = norm
     return normalized

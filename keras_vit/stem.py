@@ -7,7 +7,7 @@ stages of bottleneck units (the first stage with stride 1, later ones with strid
 `norm="batch"` swaps each GroupNorm + weight-standardized convolution for BatchNorm and a
 plain convolution (layers bn_root, bn1, ...): not BiT, and no released checkpoint has it, but
 from scratch on small images a BatchNorm stem learns faster (CIFAR-10, 4 epochs on 11,400
-images: 47.6% against 46.2%) and its int8 export loses less than GroupNorm's.
+images: 47.6% against 46.2%).
 """
 
 import keras
@@ -96,7 +96,8 @@ def _conv(kind, filters, kernel_size, strides=1, name=None, dtype=None):
                                kernel_initializer="he_normal", name=name, dtype=dtype)
 
 
-def _check_norm(norm):
+def check_norm(norm):
+    """`norm` if it is one of NORMS, else a ValueError naming it."""
     if norm not in NORMS:
         raise ValueError(f"resnet norm must be one of {NORMS}, got {norm!r}.")
     return norm
@@ -115,7 +116,7 @@ class BottleneckUnit(keras.layers.Layer):
         super().__init__(**kwargs)
         self.features = int(features)
         self.strides = _pair(strides, "strides")
-        self.norm = _check_norm(norm)
+        self.norm = check_norm(norm)
         policy = self.dtype_policy
         out = 4 * self.features
         # the attributes keep BiT's names (gn1, ...) whatever the norm: the layers carry the real ones
@@ -183,7 +184,7 @@ def resnet_stem(x, num_layers=(3, 4, 9), width_factor=1, root="bit", norm="group
     width = int(64 * width_factor)
     if root not in ROOTS:
         raise ValueError(f"resnet root must be one of {sorted(ROOTS)}, got {root!r}.")
-    _check_norm(norm)
+    check_norm(norm)
     x = _conv(norm, width, 7 if root == "bit" else 3, strides=2 if root == "bit" else 1, name="conv_root")(x)
     x = _norm(norm, "root", None)(x)
     x = keras.layers.ReLU(name="root_relu")(x)
