@@ -11,6 +11,9 @@ images: 50.8% with BatchNorm and batch 64, 46.2% with GroupNorm and batch 128).
 About 2-4x the ViT recipe's compute per image, so 20 epochs where the ViT has 50: on 2 CPU cores
 with AVX512-BF16 (XLA on, 394 ms a batch of 64), 98 min wall and 177 min CPU in all, within the
 ViT recipe's budget; **84.1% test accuracy** (validation 85.0%, training on augmented images 89.2%).
+On a CPU without native bfloat16 (AVX2 only: float32) it is about 4x slower, 1.64 s a batch with
+XLA off (1.78 s on: there `--set jit_compile=False`), about 7 hours, and 1.13-1.18x the ViT
+recipe's budget; `python benchmarks/recipe_cost.py` measures both recipes on your machine before you start.
 The shipped saved_models/vit_cifar10_hybrid (81.8%) was trained by this recipe's previous version
 (GroupNorm stem, batch 128, no XLA; `git show 5551dec:recipes/cifar10_hybrid.py`).
 

@@ -42,7 +42,7 @@ def test_committed_results_render():
 
 def test_worker_and_memory_scripts_parse_their_arguments():
     for script in ("worker.py", "memory.py", "tflite_bench.py", "agreement.py", "profile_block.py", "run.py",
-                   "datasize.py"):
+                   "datasize.py", "recipe_cost.py"):
         out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--help"], capture_output=True,
                              text=True, timeout=120)
         assert out.returncode == 0, (script, out.stderr[-2000:])
@@ -79,3 +79,35 @@ def test_backends_table_compares_each_backend_with_tensorflow():
             line.startswith("| t")]
     assert rows == ["| tensorflow | 2.00 | 1.00x | 2.0 | 2.21 |", "| jax | 3.00 | 1.50x | 2.0 | 1.0 |",
                     "| torch | 1.00 | 0.50x | 2.0 | 1.0 |"]
+
+
+def test_recipe_cost_scales_each_step_to_its_full_run_against_the_budget():
+    import recipe_cost
+
+    class Model:
+        def count_params(self):
+            return 1000
+
+    def entry(name, batch, epochs, step_s, cpu_s):
+        config = {"batch_size": batch, "epochs": epochs, "steps_per_epoch": None}
+        return {"recipe": name, "config": config, "precision": "float32", "jit_compile": False, "model": Model(),
+                "wall": [step_s, step_s * 3, step_s], "cpu": [cpu_s, cpu_s, cpu_s * 5]}
+
+    rows = recipe_cost.summarize([entry("vit", 100, 50, 1.0, 2.0), entry("hybrid", 50, 20, 2.0, 3.0)], 10_000)
+    vit, hybrid = rows
+    assert vit["run_cpu_min"] == 50 * 100 * 2.0 / 60 and vit["x_budget"] == 1.0  # medians, not means
+    assert hybrid["run_cpu_min"] == 20 * 200 * 3.0 / 60 and hybrid["cpu_ms_per_image"] == 60.0
+    assert round(hybrid["x_budget"], 9) == 1.2 and round(hybrid["epochs_in_budget"], 6) == round(20 / 1.2, 6)
+    assert "| hybrid | float32 | off | 50 | 2.000 | 60.0 | 20 | 133 | 200 | 1.20 | 16.7 |" in \
+        recipe_cost.table(rows, 10_000)
+
+
+def test_recipe_cost_builds_and_times_a_recipe_as_keras_vit_train_does(tmp_path):
+    import recipe_cost
+
+    out = tmp_path / "cost.md"
+    rows = recipe_cost.main(["--recipes", "digits", "--rounds", "2", "--warmup", "1", "--train-examples", "1437",
+                             "--out", str(out)])
+    assert [r["recipe"] for r in rows] == ["digits"] and rows[0]["rounds"] == 2
+    assert rows[0]["step_s"] > 0 and rows[0]["x_budget"] == 1.0
+    assert "| digits |" in out.read_text() and json.loads(out.with_suffix(".json").read_text())["rows"]
