@@ -29,7 +29,7 @@ import time
 DEFAULT_TRAIN_EXAMPLES = 47_500  # CIFAR-10's 50,000 less the recipes' 5% validation split
 
 
-def build_entry(recipe, jit_compile, classes=10):
+def build_entry(recipe, jit_compile, train_examples=DEFAULT_TRAIN_EXAMPLES, classes=10):
     """The recipe's model, compiled as `keras-vit train` compiles it, and a batch to train on."""
     import keras
     import numpy as np
@@ -44,11 +44,8 @@ def build_entry(recipe, jit_compile, classes=10):
     try:
         keras.utils.set_random_seed(config["seed"])
         model = training.build_model(config, [str(i) for i in range(classes)])
-        steps = DEFAULT_TRAIN_EXAMPLES // config["batch_size"]
-        model.compile(optimizer=training.build_optimizer(config, steps),
-                      loss=keras.losses.CategoricalCrossentropy(from_logits=True,
-                                                                label_smoothing=config["label_smoothing"]),
-                      jit_compile=training._jit_compile(config["jit_compile"]))
+        steps = config["steps_per_epoch"] or max(train_examples // config["batch_size"], 1)
+        training.compile_for_training(model, config, steps)
     finally:
         keras.mixed_precision.set_global_policy("float32")
     rng = np.random.default_rng(0)
@@ -135,7 +132,7 @@ def main(argv=None):
     entries = []
     for recipe in args.recipes:
         for jit in settings:
-            entry = build_entry(recipe, jit)
+            entry = build_entry(recipe, jit, args.train_examples)
             print(f"built {entry['recipe']} ({entry['precision']}, XLA {'on' if entry['jit_compile'] else 'off'}, "
                   f"{entry['model'].count_params():,} parameters); {args.warmup} warm-up steps", flush=True)
             for _ in range(args.warmup):
@@ -149,7 +146,8 @@ def main(argv=None):
             step(entry)
         progress.update(i + 1)
     rows = summarize(entries, args.train_examples)
-    text = f"Machine: {machine()}; keras {keras.__version__}, backend {keras.backend.backend()}.\n\n"
+    cpu = machine()
+    text = f"Machine: {cpu}; keras {keras.__version__}, backend {keras.backend.backend()}.\n\n"
     text += table(rows, args.train_examples)
     print(text)
     if args.out:
@@ -157,7 +155,7 @@ def main(argv=None):
             f.write("# Recipe cost\n\n" + text + f"\nReproduce: `python benchmarks/recipe_cost.py "
                     f"{' '.join(argv if argv is not None else sys.argv[1:])}`\n")
         with open(os.path.splitext(args.out)[0] + ".json", "w") as f:
-            json.dump({"machine": machine(), "rows": rows}, f, indent=2)
+            json.dump({"machine": cpu, "rows": rows}, f, indent=2)
     return rows
 
 

@@ -701,6 +701,23 @@ def _remove_if_empty(folder):
 
 # Over 80 lines: one run, start to finish, in the strategy's scope (data, model, callbacks, fit,
 # evaluation, files); each step is a call, their order is the content.
+def compile_for_training(model, config, steps_per_epoch, padded=False):
+    """Compiles `model` as `train` does: the recipe's optimizer and schedule, loss, accuracy and XLA setting.
+
+    `padded`: batches carry zero-weight rows (a Keras distribution's evenly split last batch).
+    """
+    model.compile(
+        optimizer=build_optimizer(config, steps_per_epoch),
+        loss=keras.losses.CategoricalCrossentropy(
+            from_logits=True, label_smoothing=config["label_smoothing"],
+            # padded rows (weight 0) must not count in a batch's mean; same value on unweighted batches
+            **({"reduction": "mean_with_sample_weight"} if padded else {})),
+        # weighted_metrics: the only ones that see sample weights (the zero weights of padded rows)
+        **{"weighted_metrics" if padded else "metrics": [keras.metrics.CategoricalAccuracy(name="accuracy")]},
+        jit_compile=_jit_compile(config["jit_compile"]),
+    )
+
+
 def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, precision):
     from keras_vit import data as data_lib
 
@@ -732,16 +749,7 @@ def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, pr
 
     with strategy.scope():
         model = build_model(config, class_names)
-        model.compile(
-            optimizer=build_optimizer(config, steps),
-            loss=keras.losses.CategoricalCrossentropy(
-                from_logits=True, label_smoothing=config["label_smoothing"],
-                # padded rows (weight 0) must not count in a batch's mean; same value on unweighted batches
-                **({"reduction": "mean_with_sample_weight"} if padded else {})),
-            # weighted_metrics: the only ones that see sample weights (the zero weights of padded rows)
-            **{"weighted_metrics" if padded else "metrics": [keras.metrics.CategoricalAccuracy(name="accuracy")]},
-            jit_compile=_jit_compile(config["jit_compile"]),
-        )
+        compile_for_training(model, config, steps, padded=padded)
     apply_multi_worker_fix(model, strategy)
     backup_dir = backup_dir or os.path.join(model_dir, "backup")
     # One folder per worker: workers sharing one crash on the HDF5 file lock.
