@@ -3,6 +3,11 @@ its metrics, history and learning curve, and a model card.
 
     python saved_models/ship.py runs/cifar10 saved_models/vit_cifar10 \
         --title "ViT on CIFAR-10, from scratch" --command "keras-vit train recipes/cifar10.py ..."
+
+With --data (the run's data source, e.g. ../shared/data/cifar10-jpeg.tgz, named relative to the
+repository as the cards name it) it also writes what the card reports on: the exports
+(float32 and int8 TFLite, ONNX, and the SavedModel's check report without the SavedModel),
+each checked against Keras on all of DATA's test split, and the few-shot table (fewshot.json).
 """
 
 import argparse
@@ -109,6 +114,38 @@ Reproduce: `keras-vit fewshot {r['model']} --data {r.get('data_spec') or r['data
 """
 
 
+def exports_and_fewshot(out_dir, data, max_samples=10000):
+    """The shipped exports, named after out_dir (`exports/<name>.tflite`, `<name>_int8.tflite`,
+    `<name>.onnx`, `<name>_savedmodel.json`), and fewshot.json, in out_dir."""
+    import tempfile
+
+    from keras_vit.cli import main as cli
+
+    name = os.path.basename(os.path.normpath(out_dir))
+    model = os.path.join(out_dir, "model.keras")
+    exports = os.path.join(out_dir, "exports")
+    os.makedirs(exports, exist_ok=True)
+    check = ["--samples", data, "--max-samples", str(max_samples), "--overwrite"]
+    runs = [["--format", "tflite", "--out", os.path.join(exports, f"{name}.tflite")],
+            ["--format", "tflite", "--quantize", "int8", "--representative", data,
+             "--out", os.path.join(exports, f"{name}_int8.tflite")],
+            ["--format", "onnx", "--out", os.path.join(exports, f"{name}.onnx")]]
+    for args in runs:
+        print(f"ship: keras-vit export {model} {' '.join(args + check)}", flush=True)
+        if cli(["export", model, *args, *check]):
+            raise SystemExit(f"ship: the export {args[-1]} failed")
+    with tempfile.TemporaryDirectory() as tmp:  # the SavedModel's report ships; the folder is a command away
+        saved = os.path.join(tmp, f"{name}_savedmodel")
+        print(f"ship: keras-vit export {model} --format saved_model (report only)", flush=True)
+        if cli(["export", model, "--format", "saved_model", "--out", saved, *check]):
+            raise SystemExit("ship: the SavedModel export failed")
+        shutil.copy(saved + ".json", os.path.join(exports, f"{name}_savedmodel.json"))
+    print(f"ship: keras-vit fewshot {model} --data {data}", flush=True)
+    if cli(["fewshot", model, "--data", data, "--shots", "1", "5", "10", "25", "--seeds", "3",
+            "--out", os.path.join(out_dir, "fewshot.json")]):
+        raise SystemExit("ship: the few-shot evaluation failed")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("run_dir")
@@ -116,6 +153,8 @@ def main(argv=None):
     p.add_argument("--title", required=True)
     p.add_argument("--command", required=True, help="the command that trained it")
     p.add_argument("--note", default="", help="a paragraph for the card (e.g. how the run went)")
+    p.add_argument("--data", default=None,
+                   help="also write the exports and fewshot.json, checked on this data source's test split")
     args = p.parse_args(argv)
 
     import keras
@@ -138,6 +177,8 @@ def main(argv=None):
         json.dump(metrics, f, indent=2)
     curve(os.path.join(args.run_dir, "history.csv"), os.path.join(args.out_dir, "curve.png"), args.title,
           metrics.get("test_accuracy"))
+    if args.data:
+        exports_and_fewshot(args.out_dir, args.data)
     size = os.path.getsize(os.path.join(args.out_dir, "model.keras"))
     resumed = metrics.get("resumed_at_epoch") or 0
     # A resumed run's clock starts again: say which epochs the time covers.
