@@ -264,6 +264,11 @@ def save_official_npz(model, path, *, layout="released"):
     """
     if layout not in LAYOUTS:
         raise ValueError(f"Unknown key layout {layout!r}; use one of {LAYOUTS}.")
+    first_stride = (getattr(model, "resnet", None) or {}).get("first_stride", 1)
+    if first_stride != 1:  # the arrays would fit, and the official code would run the stem at stride 1
+        raise ValueError(f"{model.name} has a stem with resnet first_stride={first_stride}, which the official "
+                         "checkpoint layout has no place for (BiT's first stage has stride 1): save the model "
+                         "as .keras or .weights.h5 instead.")
     arrays = {}
     for variable in model.weights:
         key = official_key(variable.path, layout)

@@ -12,7 +12,7 @@ from keras_vit._common import register as _register
 from keras_vit._common import to_pair as _pair
 from keras_vit.layers import ImageSizeCheck, PatchEncoder, TransformerBlock, grid_size
 from keras_vit.presets import PRESETS, VARIANTS, canonical_variant  # noqa: F401 (VARIANTS is public here)
-from keras_vit.stem import ROOTS, check_norm, resnet_stem, stem_stride
+from keras_vit.stem import ROOTS, check_first_stride, check_norm, resnet_stem, stem_stride
 
 CLASSIFIERS = ("token", "gap")
 POOLINGS = ("token", "gap", "avg", "max", "unpooled")
@@ -40,10 +40,10 @@ def _load_weights(model, weights):
 def _normalize_resnet(resnet):
     if resnet is None:
         return None
-    if not isinstance(resnet, dict) or set(resnet) - {"num_layers", "width_factor", "root", "norm"}:
+    if not isinstance(resnet, dict) or set(resnet) - {"num_layers", "width_factor", "root", "norm", "first_stride"}:
         raise ValueError(
-            "resnet must be None or a dict(num_layers=(3, 4, 9), width_factor=1, root='bit', norm='group'), "
-            f"got {resnet!r}."
+            "resnet must be None or a dict(num_layers=(3, 4, 9), width_factor=1, root='bit', norm='group', "
+            f"first_stride=1), got {resnet!r}."
         )
     num_layers = tuple(int(n) for n in resnet.get("num_layers", (3, 4, 9)))
     if any(n < 1 for n in num_layers):
@@ -57,6 +57,9 @@ def _normalize_resnet(resnet):
     norm = check_norm(resnet.get("norm", "group"))
     if norm != "group":
         normalized["norm"] = norm
+    first_stride = check_first_stride(resnet.get("first_stride", 1))
+    if first_stride != 1:
+        normalized["first_stride"] = first_stride
     return normalized
 
 
@@ -141,7 +144,10 @@ class VisionTransformer(keras.Model):
             replaces the root's 7x7/2 conv and max-pool by a 3x3/1 conv, for small images
             (CIFAR's 32x32) that the official root would shrink to 8x8 before any stage;
             `norm="batch"` trains the stem with BatchNorm and plain convolutions in place of
-            BiT's GroupNorm and weight standardization (from scratch only: no checkpoint has it).
+            BiT's GroupNorm and weight standardization (from scratch only: no checkpoint has it);
+            `first_stride=2` gives the first stage stride 2 (BiT's has 1), so after a "small"
+            root only the root conv runs at full resolution (the official layout cannot
+            hold it either).
         dropout_rate, attention_dropout_rate: dropout after the position embeddings and in
             the MLP / on the attention probabilities.
         drop_path_rate: stochastic depth of the last block; it grows linearly from 0 over
@@ -422,7 +428,7 @@ def _check_arguments(args):
     if resnet is None:
         grid_size(image_size, patch_size)
     else:
-        stride = stem_stride(resnet["num_layers"], resnet.get("root", "bit"))
+        stride = stem_stride(resnet["num_layers"], resnet.get("root", "bit"), resnet.get("first_stride", 1))
         effective = (stride * patch_size[0], stride * patch_size[1])
         if image_size[0] % effective[0] or image_size[1] % effective[1]:
             raise ValueError(
@@ -435,7 +441,7 @@ def _check_arguments(args):
 def _effective_patch(args):
     """The patch size in input pixels: the patch, times the stem's stride for hybrids."""
     resnet = args["resnet"]
-    stride = 1 if resnet is None else stem_stride(resnet["num_layers"], resnet.get("root", "bit"))
+    stride = 1 if resnet is None else stem_stride(resnet["num_layers"], resnet.get("root", "bit"), resnet.get("first_stride", 1))
     return stride * args["patch_size"][0], stride * args["patch_size"][1]
 
 

@@ -168,23 +168,33 @@ class BottleneckUnit(keras.layers.Layer):
 ROOTS = {"bit": 4, "small": 1}
 
 
-def stem_stride(num_layers, root="bit"):
+def check_first_stride(first_stride):
+    if isinstance(first_stride, bool) or first_stride not in (1, 2):
+        raise ValueError(f"resnet first_stride must be 1 (BiT) or 2, got {first_stride!r}.")
+    return int(first_stride)
+
+
+def stem_stride(num_layers, root="bit", first_stride=1):
     """How much the stem shrinks the image: the root's stride (4 for "bit", 1 for "small"),
-    x2 for each stage after the first."""
-    return ROOTS[root] * 2 ** max(len(num_layers) - 1, 0)
+    times the first stage's (`first_stride`), x2 for each stage after the first."""
+    return ROOTS[root] * (first_stride if num_layers else 1) * 2 ** max(len(num_layers) - 1, 0)
 
 
-def resnet_stem(x, num_layers=(3, 4, 9), width_factor=1, root="bit", norm="group"):
+def resnet_stem(x, num_layers=(3, 4, 9), width_factor=1, root="bit", norm="group", first_stride=1):
     """Adds the BiT ResNet-v2 stem to a functional graph: root block, then the stages.
 
     `num_layers` gives the units per stage; an empty tuple keeps the root block alone.
     Layer names follow the official checkpoint: conv_root, gn_root, block{i}_unit{j}.
     `norm`: "group" (BiT: GroupNorm after weight-standardized convolutions) or "batch".
+    `first_stride`: the first stage's stride. BiT's is 1 (its root has already shrunk the image
+    4x); 2 after the "small" root halves the map before the first stage's 4x-wide output, the
+    stem's costliest tensors on a CPU (measured in recipes/cifar10_hybrid.py).
     """
     width = int(64 * width_factor)
     if root not in ROOTS:
         raise ValueError(f"resnet root must be one of {sorted(ROOTS)}, got {root!r}.")
     check_norm(norm)
+    check_first_stride(first_stride)
     x = _conv(norm, width, 7 if root == "bit" else 3, strides=2 if root == "bit" else 1, name="conv_root")(x)
     x = _norm(norm, "root", None)(x)
     x = keras.layers.ReLU(name="root_relu")(x)
@@ -193,6 +203,6 @@ def resnet_stem(x, num_layers=(3, 4, 9), width_factor=1, root="bit", norm="group
                                       name="root_pool")(x)
     for i, units in enumerate(num_layers):
         for j in range(units):
-            stride = 2 if (i > 0 and j == 0) else 1
+            stride = (2 if i > 0 else first_stride) if j == 0 else 1
             x = BottleneckUnit(width * 2**i, strides=stride, norm=norm, name=f"block{i + 1}_unit{j + 1}")(x)
     return x

@@ -123,3 +123,38 @@ def test_a_batchnorm_stem_trains_saves_and_is_refused_by_the_official_layout(tmp
     assert not (tmp_path / "bn.npz").exists()
     with pytest.raises(ValueError, match="resnet norm must be one of .*'layer'"):
         build("layer")
+
+
+def test_first_stride_2_halves_the_map_before_the_first_stage_and_round_trips(tmp_path):
+    """resnet first_stride=2 (the CIFAR hybrid recipe's stem): the root conv at full resolution,
+    the first stage's unit at stride 2 (conv2 and the projection), the grid and the image-size
+    checks follow it; a .keras round trip keeps it; the official layout refuses it."""
+    import keras_vit
+
+    def build(image_size=32, **resnet):
+        return keras_vit.VisionTransformer(
+            image_size=image_size, patch_size=1, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64, classes=3,
+            resnet=dict(num_layers=(1, 1), width_factor=0.25, root="small", norm="batch", **resnet))
+
+    model, plain = build(first_stride=2), build()
+    assert model.get_layer("conv_root").output.shape == (None, 32, 32, 16)
+    assert model.get_layer("block1_unit1").output.shape == (None, 16, 16, 64)
+    assert model.get_layer("block1_unit1").get_config()["strides"] == (2, 2)
+    assert model.get_layer("block2_unit1").output.shape == (None, 8, 8, 128)
+    assert model.get_layer("patch_encoder").output.shape == (None, 65, 32)  # 8x8 patches and the class token
+    assert plain.get_layer("patch_encoder").output.shape == (None, 257, 32)
+    assert model.get_config()["resnet"]["first_stride"] == 2 and "first_stride" not in plain.get_config()["resnet"]
+
+    images = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    model.save(tmp_path / "s2.keras")
+    loaded = keras.saving.load_model(tmp_path / "s2.keras")
+    assert loaded.get_config()["resnet"]["first_stride"] == 2
+    np.testing.assert_allclose(to_numpy(loaded(images)), to_numpy(model(images)), atol=1e-5)
+
+    with pytest.raises(ValueError, match="first_stride=2.*official checkpoint layout"):
+        keras_vit.save_official_npz(model, tmp_path / "s2.npz")
+    assert not (tmp_path / "s2.npz").exists()
+    with pytest.raises(ValueError, match=r"not a multiple of the hybrid's effective patch size \(4, 4\)"):
+        build(image_size=30, first_stride=2)
+    with pytest.raises(ValueError, match="resnet first_stride must be 1 .*or 2, got 3"):
+        build(first_stride=3)
