@@ -188,8 +188,9 @@ def main(argv=None):
         r = model.resnet
         # The hybrid: the patches are cut from the ResNet stem's feature map, not from the pixels.
         norm = {"group": "GroupNorm", "batch": "BatchNorm"}[r.get("norm", "group")]
+        strided = ", first stage at stride 2" if r.get("first_stride", 1) == 2 else ""
         stem = (f"hybrid: BiT ResNet stem, units {tuple(r['num_layers'])}, width factor {r['width_factor']}, "
-                f"root `{r.get('root', 'bit')}`, {norm}, then ")
+                f"root `{r.get('root', 'bit')}`{strided}, {norm}, then ")
     card = f"""# {args.title}
 
 | | |
