@@ -428,7 +428,7 @@ def _check_arguments(args):
     if resnet is None:
         grid_size(image_size, patch_size)
     else:
-        stride = stem_stride(resnet["num_layers"], resnet.get("root", "bit"), resnet.get("first_stride", 1))
+        stride = _stem_stride(resnet)
         effective = (stride * patch_size[0], stride * patch_size[1])
         if image_size[0] % effective[0] or image_size[1] % effective[1]:
             raise ValueError(
@@ -438,10 +438,16 @@ def _check_arguments(args):
     return a
 
 
+def _stem_stride(resnet):
+    """How much a normalized `resnet` config shrinks the image (1 without a stem)."""
+    if resnet is None:
+        return 1
+    return stem_stride(resnet["num_layers"], resnet.get("root", "bit"), resnet.get("first_stride", 1))
+
+
 def _effective_patch(args):
     """The patch size in input pixels: the patch, times the stem's stride for hybrids."""
-    resnet = args["resnet"]
-    stride = 1 if resnet is None else stem_stride(resnet["num_layers"], resnet.get("root", "bit"), resnet.get("first_stride", 1))
+    stride = _stem_stride(args["resnet"])
     return stride * args["patch_size"][0], stride * args["patch_size"][1]
 
 

@@ -699,8 +699,6 @@ def _remove_if_empty(folder):
     shutil.rmtree(folder, ignore_errors=True)
 
 
-# Over 80 lines: one run, start to finish, in the strategy's scope (data, model, callbacks, fit,
-# evaluation, files); each step is a call, their order is the content.
 def compile_for_training(model, config, steps_per_epoch, padded=False):
     """Compiles `model` as `train` does: the recipe's optimizer and schedule, loss, accuracy and XLA setting.
 
@@ -718,6 +716,8 @@ def compile_for_training(model, config, steps_per_epoch, padded=False):
     )
 
 
+# Over 80 lines: one run, start to finish, in the strategy's scope (data, model, callbacks, fit,
+# evaluation, files); each step is a call, their order is the content.
 def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, precision):
     from keras_vit import data as data_lib
 
