@@ -24,7 +24,8 @@ from keras_vit._files import atomic_path
 from keras_vit.models import VisionTransformer, create_model, register_weights_loader
 from keras_vit.presets import NAMED_WEIGHTS, PRESETS
 # copy_weights lives with the resampling it needs; checkpoints re-exports it.
-from keras_vit.posemb import copy_weights, infer_grid, resample_position_embeddings  # noqa: F401
+from keras_vit.posemb import copy_weights  # noqa: F401
+from keras_vit.posemb import resample_note, resample_position_embeddings, stored_grid
 
 log = logging.getLogger("keras_vit")
 
@@ -210,16 +211,13 @@ def load_official_npz(model, path, *, resample="official"):
             report["kept"].append(f"{key} (model {want}, checkpoint {found})")
         elif key == POSEMB_KEY and len(found) == 3 and found[2] == want[2] and \
                 ("cls" in index) == bool(model.num_prefix_tokens):
-            prefix = model.num_prefix_tokens
             try:
-                old_grid = infer_grid(found[1] - prefix, like=model.patch_encoder.grid_size)
+                old_grid = stored_grid(model, found[1])
             except ValueError as e:
                 mismatched.append(f"{key}: expected {want}, found {found} ({e})")
                 continue
-            plan.append((variable, key, (old_grid, prefix)))
-            report["resampled"].append(
-                f"position embeddings {old_grid[0]}x{old_grid[1]} -> "
-                f"{model.patch_encoder.grid_size[0]}x{model.patch_encoder.grid_size[1]} ({resample})")
+            plan.append((variable, key, old_grid))
+            report["resampled"].append(resample_note(old_grid, model.patch_encoder.grid_size, resample))
         else:
             mismatched.append(f"{key}: expected {want}, found {found}")
     unexpected = []
@@ -240,13 +238,12 @@ def load_official_npz(model, path, *, resample="official"):
         )
     _verify_data(path)
     with np.load(path, allow_pickle=False) as npz:
-        for variable, key, resampling in plan:
+        for variable, key, old_grid in plan:
             value = npz[key]
-            if resampling is not None:
-                old_grid, prefix = resampling
+            if old_grid is not None:
                 value = resample_position_embeddings(
-                    value, model.patch_encoder.grid_size, old_grid=old_grid, num_prefix_tokens=prefix,
-                    method=resample)
+                    value, model.patch_encoder.grid_size, old_grid=old_grid,
+                    num_prefix_tokens=model.num_prefix_tokens, method=resample)
             variable.assign(np.reshape(value, variable.shape).astype(variable.dtype))
             report["loaded"].append(key)
             del value
@@ -394,8 +391,7 @@ def _model_at_saved_size(model, path):
                      and obj.shape[0] == 1 and obj.shape[1] > 1 else None)
     if not found:
         raise ValueError(f"{path} holds no keras-vit position embeddings (patch_encoder).")
-    tokens = found[0][1] - model.num_prefix_tokens
-    grid = infer_grid(tokens, like=model.patch_encoder.grid_size)
+    grid = stored_grid(model, found[0][1])
     stride = (model.image_size[0] // model.patch_encoder.grid_size[0],
               model.image_size[1] // model.patch_encoder.grid_size[1])
     config = dict(model.get_config(), image_size=(grid[0] * stride[0], grid[1] * stride[1]))

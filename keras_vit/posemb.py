@@ -93,6 +93,17 @@ def infer_grid(num_patches, like=None):
     )
 
 
+def stored_grid(model, tokens):
+    """The (rows, cols) of a checkpoint's `tokens` position embeddings (prefix tokens included) for
+    `model`: square, or of the aspect ratio of the model's own grid; ValueError when neither fits."""
+    return infer_grid(tokens - model.num_prefix_tokens, like=model.patch_encoder.grid_size)
+
+
+def resample_note(old_grid, new_grid, method):
+    """The line a loader's report gives a resampling."""
+    return f"position embeddings {old_grid[0]}x{old_grid[1]} -> {new_grid[0]}x{new_grid[1]} ({method})"
+
+
 def resample_position_embeddings(posemb, new_grid, *, old_grid=None, num_prefix_tokens=1, method="official"):
     """Resamples learned position embeddings to a new patch grid; prefix tokens are kept.
 
@@ -174,8 +185,7 @@ def copy_weights(source, target, *, method="official"):
             old_grid = source.patch_encoder.grid_size
             plan.append((variable, s, old_grid))
             new_grid = target.patch_encoder.grid_size
-            report["resampled"].append(
-                f"position embeddings {old_grid[0]}x{old_grid[1]} -> {new_grid[0]}x{new_grid[1]} ({method})")
+            report["resampled"].append(resample_note(old_grid, new_grid, method))
         else:
             problems.append(f"{variable.path}: target {tuple(variable.shape)}, source {tuple(s.shape)}")
     for path in src:

@@ -20,7 +20,7 @@ import numpy as np
 from keras_vit._files import atomic_path
 from keras_vit._common import describe_misfit
 from keras_vit.checkpoints import convert_checkpoint, load_official_npz, read_npz_index
-from keras_vit.posemb import infer_grid, resample_position_embeddings
+from keras_vit.posemb import infer_grid, resample_note, resample_position_embeddings, stored_grid
 
 log = logging.getLogger("keras_vit")
 
@@ -433,16 +433,13 @@ def load_state_dict(model, tensors, fmt, *, source="the checkpoint", qkv_bias=Tr
         elif is_head:
             report["kept"].append(f"{key} (model {want}, checkpoint {found})")
         elif variable.path == "patch_encoder/pos_embedding" and len(found) == 3 and found[2] == want[2]:
-            prefix = model.num_prefix_tokens
             try:
-                old_grid = infer_grid(found[1] - prefix, like=model.patch_encoder.grid_size)
+                old_grid = stored_grid(model, found[1])
             except ValueError as e:
                 mismatched.append(f"{key}: expected {want}, found {found} ({e})")
                 continue
             plan.append((variable, key, part, old_grid))
-            new_grid = model.patch_encoder.grid_size
-            report["resampled"].append(f"position embeddings {old_grid[0]}x{old_grid[1]} -> "
-                                       f"{new_grid[0]}x{new_grid[1]} ({resample})")
+            report["resampled"].append(resample_note(old_grid, model.patch_encoder.grid_size, resample))
         else:
             mismatched.append(f"{key}: expected {want}, found {found}")
     unexpected = []
