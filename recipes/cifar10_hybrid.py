@@ -22,7 +22,7 @@ on 2 AVX2-only cores (float32): the previous stem 49.95% test accuracy in 1,257 
 At 20 epochs the previous stem reached 84.1% (AVX512-BF16 cores, 177 min CPU); this one, 40
 epochs on 2 AVX2-only cores (5.6 h wall), 84.4% (saved_models/vit_cifar10_hybrid). Validation
 accuracy levels off at 83.1-84.2% over its last 14 epochs while training accuracy reaches 94.4%:
-to go further, regularize (`--set "randaugment=(2, 9)" --set mixup=0.2`) rather than train longer.
+it overfits, so stronger regularization, not more epochs, is the next thing to measure.
 
 Cost (`python benchmarks/recipe_cost.py`, which measures both recipes on your machine before you
 start): on 2 AVX2-only cores 0.65-0.68 s a batch of 64, XLA on or off alike, so 40 epochs are about

@@ -493,8 +493,8 @@ HYBRID_EXPORTS = SHIPPED_HYBRID.parent / "exports"
 
 
 # Post-training int8 costs a ViT some agreement (LayerNorm, GELU and softmax activations); a broken
-# quantization falls to chance. The ViT: 94.6% agreement, -0.9 points. The hybrid (a BatchNorm stem,
-# folded into its convolutions): 97.0% agreement, -0.35 points (84.42% -> 84.07%); its earlier GroupNorm
+# quantization falls to chance. The ViT: 94.6% agreement, -0.9 points. The hybrid (a BatchNorm stem):
+# 97.0% agreement, -0.35 points (84.42% -> 84.07%); its earlier GroupNorm
 # stem quantized worse, 91.1% and -3.0 points (the shipped exports' own reports, all 10,000 test images).
 INT8_CHECK_IMAGES = 2000  # a seeded random fifth of the test set: +-0.7 points on the drop, a third of the time
 
