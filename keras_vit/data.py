@@ -22,6 +22,7 @@ import tensorflow as tf
 # one definition each, shared with predict and export
 from keras_vit._optional import require
 from keras_vit.applications import IMAGE_EXTENSIONS, load_image, resize_images, scale_pixels, to_pixels, to_rgb
+from keras_vit.augment import check_rand_augment, rand_augment
 
 log = logging.getLogger("keras_vit")
 
@@ -375,7 +376,7 @@ def make_dataset(split, image_size, batch_size, *, training, num_classes=None, c
 
     Training: shuffle (seeded), crop ("inception": area `min_area`-100%; "pad": reflect-pad
     and random crop; "none": resize), horizontal flips, optional RandAugment (num_ops,
-    magnitude) with Keras 3's layer, then MixUp / CutMix on batches (alpha > 0 enables,
+    magnitude on the paper's 0-10 scale: keras_vit.augment), then MixUp / CutMix on batches (alpha > 0 enables,
     one of them per batch when both are set). Evaluation: central crop and resize.
     """
     size = tuple(image_size) if not isinstance(image_size, int) else (image_size, image_size)
@@ -388,13 +389,8 @@ def make_dataset(split, image_size, batch_size, *, training, num_classes=None, c
                         reshuffle_each_iteration=True)
         if repeat:
             ds = ds.repeat()
-        rand_aug = None
         if randaugment:
-            import keras
-
-            num_ops, magnitude = randaugment
-            rand_aug = keras.layers.RandAugment(value_range=(0, 255), num_ops=int(num_ops),
-                                                factor=float(magnitude) / 10.0, seed=seed)
+            num_ops, magnitude = check_rand_augment(randaugment)
 
         def augment(image, label):
             if crop == "inception":
@@ -407,8 +403,8 @@ def make_dataset(split, image_size, batch_size, *, training, num_classes=None, c
                 raise ValueError(f"Unknown crop {crop!r}; use 'inception', 'pad' or 'none'.")
             if flip:
                 image = tf.image.random_flip_left_right(image)
-            if rand_aug is not None:
-                image = rand_aug(tf.clip_by_value(image, 0, 255), training=True)
+            if randaugment:
+                image = rand_augment(tf.clip_by_value(image, 0, 255), num_ops, magnitude)
             return to_model_range(tf.clip_by_value(image, 0, 255)), tf.one_hot(label, num_classes)
 
         ds = ds.map(augment, num_parallel_calls=AUTOTUNE)

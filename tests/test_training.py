@@ -235,6 +235,10 @@ def test_bad_data_and_keys_fail_with_the_path_or_the_valid_keys(tmp_path):
     assert result.returncode == 1 and "did you mean 'epochs'?" in result.stderr
     result = _cli("train", str(tmp_path / "nope.py"))
     assert result.returncode == 1 and "nope.py does not exist" in result.stderr
+    # a RandAugment magnitude off the paper's 0-10 scale stops before any data is read or anything written
+    result = _cli("train", DIGITS, "--set", "randaugment=(2, 90)", "--model-dir", str(tmp_path / "ra"))
+    assert result.returncode == 1 and "randaugment=(2, 90)" in result.stderr and "0-10" in result.stderr
+    assert not (tmp_path / "ra").exists()
 
 
 @pytest.mark.slow
