@@ -200,10 +200,10 @@ def rand_augment(image, num_ops, magnitude):
     m = magnitude / MAX_MAGNITUDE
     for _ in range(num_ops):
         index = tf.random.uniform((), 0, len(OPERATIONS), dtype=tf.int32)
+        # an operation not applied is the identity, OPERATIONS' first entry
+        index = tf.where(tf.random.uniform(()) < APPLY_PROBABILITY, index, 0)
         branches = [functools.partial(_clipped, op, image, m) for op in OPERATIONS.values()]
-        applied = tf.random.uniform(()) < APPLY_PROBABILITY
-        image = tf.ensure_shape(tf.cond(applied, lambda b=branches, i=index: tf.switch_case(i, b),
-                                        lambda x=image: x), image.shape)
+        image = tf.ensure_shape(tf.switch_case(index, branches), image.shape)
     return image
 
 
