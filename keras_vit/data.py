@@ -180,6 +180,11 @@ def load_image_folder(root, splits=("train", "test")):
     a class folder without images, an empty or unreadable folder raise a ValueError naming
     the path.
     """
+    return _decode_splits(_folder_items(root, splits))
+
+
+def _folder_items(root, splits):
+    """{split: (class names, [(path, path)], labels, origin)}: the files of each split, not yet read."""
     root = os.fspath(root)
     if not os.path.isdir(root):
         raise ValueError(f"Data folder {root} does not exist or is not a folder.")
@@ -198,18 +203,19 @@ def load_image_folder(root, splits=("train", "test")):
             files = sorted(f for f in os.listdir(folder) if f.lower().endswith(IMAGE_EXTENSIONS))
             if not files:
                 raise ValueError(f"Class folder {folder} has no images ({', '.join(IMAGE_EXTENSIONS)}).")
-            for f in files:
-                path = os.path.join(folder, f)
-                with open(path, "rb") as fh:
-                    items.append((path, fh.read()))
-                labels.append(label)
-        log.info("decoding %d images of %s/%s", len(items), root, split)
-        out[split] = from_arrays(_decode_all(items, split_dir), labels, classes, origin=split_dir)
+            items.extend((os.path.join(folder, f),) * 2 for f in files)
+            labels.extend([label] * len(files))
+        out[split] = (classes, items, labels, split_dir)
     return out
 
 
 def load_image_archive(path, splits=("train", "test")):
     """Reads a .tar/.tgz holding `[top/]<split>/<class>/*.jpg` (the layout of cifar10-jpeg.tgz)."""
+    return _decode_splits(_archive_items(path, splits))
+
+
+def _archive_items(path, splits):
+    """{split: (class names, [(name, bytes)], labels, origin)}: the encoded images of each split."""
     path = os.fspath(path)
     members = {split: {} for split in splits}
     try:
@@ -237,9 +243,31 @@ def load_image_archive(path, splits=("train", "test")):
             for item in sorted(members[split][cls]):
                 items.append(item)
                 labels.append(label)
-        log.info("decoding %d images of %s:%s", len(items), path, split)
-        out[split] = from_arrays(_decode_all(items, f"{path}:{split}"), labels, classes, origin=f"{path}:{split}")
+        out[split] = (classes, items, labels, f"{path}:{split}")
     return out
+
+
+def _decode_splits(listed, max_images=None, rng=None):
+    """Decodes what `_folder_items`/`_archive_items` listed into Splits; with `max_images`, only a
+    random `max_images` of a larger split (the images `_subset` would pick after decoding them all)."""
+    out = {}
+    for split, (classes, items, labels, origin) in listed.items():
+        labels = np.asarray(labels, dtype=np.int64)
+        if max_images and len(items) > max_images:
+            keep = rng.permutation(len(items))[:max_images]
+            items, labels = [items[i] for i in keep], labels[keep]
+        items = [(name, _read(data)) for name, data in items]
+        log.info("decoding %d images of %s", len(items), origin)
+        out[split] = from_arrays(_decode_all(items, origin), labels, classes, origin=origin)
+    return out
+
+
+def _read(data):
+    """An item's bytes: archives hold them, folders list their paths."""
+    if isinstance(data, bytes):
+        return data
+    with open(data, "rb") as fh:
+        return fh.read()
 
 
 IN_MEMORY_LIMIT = 2 * 1024**3  # bytes of decoded images; larger tfds datasets are streamed
@@ -522,12 +550,18 @@ def _split_labels(split, class_names, classes, what):
     return np.asarray([index[c] for c in split.class_names])[np.asarray(split.labels)]
 
 
-def _data_split(spec, split, what):
+def _data_split(spec, split, what, max_images=None, rng=None):
     """A split of a keras_vit.data source: an archive (.tgz/.tar), `root/<split>/<class>/` folders,
-    "digits" or "tfds:NAME"."""
+    "digits" or "tfds:NAME". With `max_images`, a folder or an archive decodes only the random
+    `max_images` that `load_image_set` keeps (200 calibration images need not decode 50,000)."""
     log.info("reading the %s split of %s for the %s", split, spec, what)
     try:
-        splits = load_data(spec, (split,))
+        kind, value = data_source(spec)
+        if max_images and kind in ("folder", "archive"):
+            listed = (_folder_items if kind == "folder" else _archive_items)(value, (split,))
+            splits = _decode_splits(listed, max_images, rng)
+        else:
+            splits = load_data(spec, (split,))
     except (ValueError, OSError) as e:
         raise ValueError(f"{what}: cannot read the {split} split of {spec}: {e}") from None
     if split not in splits:
@@ -573,7 +607,7 @@ def load_image_set(source, image_size, *, class_names=None, classes=None, labell
     """
     rng = np.random.default_rng(seed)
     if isinstance(source, (str, os.PathLike)) and _is_data_spec(os.fspath(source), split):
-        source = _data_split(os.fspath(source), split, what)
+        source = _data_split(os.fspath(source), split, what, max_images, rng)
     if isinstance(source, Split):
         labels = _split_labels(source, class_names, classes, what) if labelled else None
         images, labels = _subset(np.asarray(source.images), labels, max_images, rng)

@@ -123,6 +123,32 @@ def test_archive_layout_like_the_cifar_tgz(tmp_path):
         data.load_data(str(tmp_path / "nowhere.tgz"))
 
 
+def test_a_subset_of_a_folder_or_archive_decodes_only_the_images_it_keeps(tmp_path, caplog):
+    """200 calibration images of an archive of 50,000 decode 200: the same seeded pick as
+    decoding the whole split and then sampling it, so exports calibrate on the same images."""
+    root = _make_folder(tmp_path / "set", per_class=6)
+    archive = tmp_path / "set.tgz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(root, arcname="set")
+    for source in (root, archive):
+        full = data.load_data(str(source), ("train",))["train"]
+        expected = data._subset(full.images, full.labels, 5, np.random.default_rng(3))
+        caplog.clear()
+        with caplog.at_level("INFO", logger="keras_vit"):
+            images, labels, _ = data.load_image_set(str(source), (6, 5), class_names=["cat", "dog", "emu"],
+                                                    split="train", max_images=5, seed=3)
+        assert np.array_equal(images, expected[0]) and np.array_equal(labels, expected[1])
+        assert "decoding 5 images of" in caplog.text and "decoding 18" not in caplog.text
+    # An unreadable file that is not picked is not read; the whole split still names it.
+    picked = set(np.random.default_rng(3).permutation(18)[:5])
+    spare = next(i for i in range(18) if i not in picked)
+    victim = root / "train" / ["cat", "dog", "emu"][spare // 6] / f"{spare % 6:03d}.png"
+    victim.write_bytes(b"not an image")
+    assert len(data.load_image_set(str(root), (6, 5), split="train", labelled=False, max_images=5, seed=3)[0]) == 5
+    with pytest.raises(ValueError, match=f"{victim} is not a readable image"):
+        data.load_image_set(str(root), (6, 5), split="train", labelled=False, seed=3)
+
+
 def test_training_pipeline_shapes_ranges_and_augmentations():
     rng = np.random.default_rng(2)
     split = data.from_arrays(rng.integers(0, 256, (40, 16, 16, 3)), rng.integers(0, 5, 40), list("abcde"))
