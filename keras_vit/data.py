@@ -249,14 +249,12 @@ def _archive_items(path, splits):
 
 def _decode_splits(listed, max_images=None, rng=None):
     """Decodes what `_folder_items`/`_archive_items` listed into Splits; with `max_images`, only a
-    random `max_images` of a larger split (the images `_subset` would pick after decoding them all)."""
+    random `max_images` of a larger split (`_pick`'s, as if all were decoded and then sampled)."""
     out = {}
     for split, (classes, items, labels, origin) in listed.items():
         labels = np.asarray(labels, dtype=np.int64)
-        if max_images and len(items) > max_images:
-            keep = rng.permutation(len(items))[:max_images]
-            items, labels = [items[i] for i in keep], labels[keep]
-        items = [(name, _read(data)) for name, data in items]
+        keep = _pick(len(items), max_images, rng)
+        items, labels = [(items[i][0], _read(items[i][1])) for i in keep], labels[keep]
         log.info("decoding %d images of %s", len(items), origin)
         out[split] = from_arrays(_decode_all(items, origin), labels, classes, origin=origin)
     return out
@@ -635,10 +633,18 @@ def load_image_set(source, image_size, *, class_names=None, classes=None, labell
     return resize_images(images, image_size), labels, description
 
 
+def _pick(count, max_images, rng):
+    """The indices kept of `count` items: a random `max_images` of more (class-ordered sets would
+    give the first classes only), else all in order; the one rule for arrays, files and archives."""
+    if max_images and count > max_images:
+        return rng.permutation(count)[:max_images]
+    return np.arange(count)
+
+
 def _subset(images, labels, max_images, rng):
-    """A random `max_images` of a larger set (class-ordered sets would give the first classes only)."""
+    """A random `max_images` of a larger set (`_pick`)."""
     if max_images and len(images) > max_images:
-        keep = rng.permutation(len(images))[:max_images]
+        keep = _pick(len(images), max_images, rng)
         images, labels = images[keep], None if labels is None else labels[keep]
     return images, labels
 
@@ -658,8 +664,7 @@ def _image_files(source, image_size, class_names, classes, labelled, max_images,
     else:
         files = [os.fspath(f) for f in source]
         description = f"{len(files)} image files"
-    order = rng.permutation(len(files)) if max_images and len(files) > max_images else np.arange(len(files))
-    order = order[:max_images] if max_images else order
+    order = _pick(len(files), max_images, rng)
     if len(order) > 100:
         log.info("reading %d %s from %s", len(order), what, description)
     images = np.stack([load_image(files[i], size=image_size) for i in order])
