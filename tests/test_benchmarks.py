@@ -1,6 +1,7 @@
 """The benchmark report: rendering and target bookkeeping (no timing: speed is never asserted)."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -68,6 +69,35 @@ def test_datasize_study_renders_its_table_and_figure(tmp_path):
     assert [r["test_accuracy"] for r in merged] == [0.4, 0.5, 0.6, 0.8, 0.8, 0.8]
     assert "Reproduce: `first`; `second`" in (tmp_path / "datasize.md").read_text()
 
+
+
+def test_datasize_runs_both_recipes_with_the_same_augmentation_unless_told(tmp_path, monkeypatch):
+    """The study compares priors: the hybrid recipe's RandAugment is off in its runs, as in the table;
+    a user's --set randaugment=... is applied after and wins."""
+    import datasize
+
+    from keras_vit import training
+
+    commands = []
+
+    def fake_run(command, check, cwd):  # records the command and leaves what a finished run leaves
+        commands.append(command)
+        model_dir = command[command.index("--model-dir") + 1]
+        os.makedirs(model_dir)
+        with open(os.path.join(model_dir, "metrics.json"), "w") as f:
+            json.dump({"test_accuracy": 0.5}, f)
+
+    monkeypatch.setattr(datasize.subprocess, "run", fake_run)
+    for recipe, extra in (("cifar10_hybrid", ()), ("cifar10", ("randaugment=(2, 5)",))):
+        datasize.train_run(recipe, "data.tgz", 0.1, 1000, 10, str(tmp_path / recipe), 47500, extra)
+    for command, expected in zip(commands, (None, (2, 5))):
+        recipe = command[command.index("train") + 1]
+        config = training.load_recipe(recipe)
+        sets = [command[i + 1] for i, arg in enumerate(command) if arg == "--set"]
+        config = training.apply_overrides(config, sets)
+        assert config["randaugment"] == expected, (recipe, sets)
+        assert config["max_train_examples"] == 4750 and config["steps_per_epoch"] == 100
+    assert training.load_recipe("cifar10_hybrid")["randaugment"] == (2, 5)  # what the pin turns off
 
 def test_backends_table_compares_each_backend_with_tensorflow():
     info = {f"keras-vit {b}": {"ready": {"float32": {"first_step_s": 2.0}},
