@@ -21,10 +21,11 @@ on 2 AVX2-only cores (float32): the previous stem 49.95% test accuracy in 1,257 
         width_factor=0.5, root='small', norm='batch')"]
 RandAugment (2, 5) (two random operations per image at magnitude 5 of 10) is what reaches 85%:
 40 epochs on 2 AVX2-only cores (float32), 85.78% test accuracy (saved_models/vit_cifar10_hybrid;
-int8 TFLite 85.75%). Without it the same recipe reached 84.42% (`git show 8de4a4c:saved_models/
-vit_cifar10_hybrid/MODEL_CARD.md`): validation accuracy levelled off at 83.1-84.2% over its last 14
-epochs while training accuracy reached 94.4%. With it, validation trails until epoch ~20, then leads:
-85.2-86.1% over epochs 32-40 against 83.4-84.2%, training accuracy 86.8% against 94.4% at the end.
+int8 TFLite 85.75%). Without it the same recipe reached 84.42%
+(`git show 8de4a4c:saved_models/vit_cifar10_hybrid/MODEL_CARD.md`): validation accuracy levelled off
+at 83.1-84.2% over its last 14 epochs while training accuracy reached 94.4%. With it, validation
+trails until epoch ~20, then leads: 85.2-86.1% over epochs 32-40 against 83.4-84.2%, training
+accuracy 86.8% against 94.4% at the end.
 What did not reach 85% from the 84.42% model: continuing it 2 epochs with RandAugment (2, 5) at 1e-4
 (84.49%), or with a per-epoch cosine cycle from 2.5e-4 and averaging the end-of-epoch weights
 (stochastic weight averaging: 84.18% and 83.79% for two snapshots, 84.10% for their average; swa.py
