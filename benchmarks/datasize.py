@@ -35,8 +35,9 @@ def train_run(recipe, data, fraction, steps, epochs, out, train_size, extra_sets
     metrics_path = os.path.join(model_dir, "metrics.json")
     if not os.path.isfile(metrics_path):
         # The same augmentation for both models, as the table was made: the study compares their
-        # priors. RandAugment (the hybrid recipe's since its 85.78% run) trailed over that run's first
-        # epochs (validation after 3 of 40: 57.6% against 59.3%). A --set randaugment=... comes later and wins.
+        # priors. RandAugment (both recipes' since their 85.78% and 72.2% runs) trails over a run's
+        # first epochs (the hybrid's validation after 3 of 40: 57.6% against 59.3%; the ViT's until
+        # epoch ~38 of 50), longer than this budget. A --set randaugment=... comes later and wins.
         sets = [f"data={data}", f"epochs={epochs}", f"steps_per_epoch={max(steps // epochs, 1)}",
                 f"max_train_examples={max(int(round(fraction * train_size)), 10)}", "randaugment=None",
                 *extra_sets]

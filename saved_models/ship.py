@@ -183,6 +183,9 @@ def main(argv=None):
     resumed = metrics.get("resumed_at_epoch") or 0
     # A resumed run's clock starts again: say which epochs the time covers.
     timed = f"; epochs {resumed + 1}-{metrics['epochs_completed']}, resumed from the backup" if resumed else ""
+    augmentation = f", RandAugment {tuple(config['randaugment'])}" if config.get("randaugment") else ""
+    mixing = [f"{k} {config[k]}" for k in ("mixup", "cutmix") if config.get(k)]
+    augmentation += "".join(f", {m}" for m in mixing)
     stem = ""
     if model.resnet:
         r = model.resnet
@@ -204,7 +207,7 @@ classifier `{model.classifier}`; {metrics['parameters']:,} parameters |
 held out to pick the best epoch, {metrics['test_examples']:,} test images |
 | recipe | `recipes/{os.path.basename(config['recipe'])}` \
 ({config['epochs']} epochs, batch {config['batch_size']}, {config['optimizer']}, lr {config['learning_rate']}, \
-{metrics.get('precision') or config['precision']}) |
+{metrics.get('precision') or config['precision']}{augmentation}) |
 | **test accuracy** | **{metrics['test_accuracy']:.2%}** (test loss {metrics['test_loss']:.4f}; the final model) |
 | training time | {metrics['train_seconds'] / 60:.0f} min wall, {metrics['train_cpu_seconds'] / 60:.0f} min CPU \
 ({metrics['strategy']}, {metrics['num_replicas']} replica{timed}) |

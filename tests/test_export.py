@@ -493,7 +493,8 @@ HYBRID_EXPORTS = SHIPPED_HYBRID.parent / "exports"
 
 
 # Post-training int8 costs a ViT some agreement (LayerNorm, GELU and softmax activations); a broken
-# quantization falls to chance. The ViT: 94.6% agreement, -0.9 points. The hybrid (a BatchNorm stem):
+# quantization falls to chance. The ViT: 95.6% agreement, +0.03 points (its previous model, trained
+# without RandAugment: 94.6%, -0.9 points). The hybrid (a BatchNorm stem):
 # 98.4% agreement, -0.03 points (85.78% -> 85.75%); its earlier GroupNorm
 # stem quantized worse, 91.1% and -3.0 points (the shipped exports' own reports, all 10,000 test images).
 INT8_CHECK_IMAGES = 2000  # a seeded random fifth of the test set: +-0.7 points on the drop, a third of the time
@@ -501,8 +502,8 @@ INT8_CHECK_IMAGES = 2000  # a seeded random fifth of the test set: +-0.7 points 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("shipped, min_accuracy, max_drop", [
-    # recipes/cifar10.py: 70.60% in float32; a stand-in named by KERAS_VIT_CIFAR10_MODEL has no bar
-    (SHIPPED_CIFAR10, None if "KERAS_VIT_CIFAR10_MODEL" in os.environ else 0.70, 0.03),
+    # recipes/cifar10.py: 72.29% in float32; a stand-in named by KERAS_VIT_CIFAR10_MODEL has no bar
+    (SHIPPED_CIFAR10, None if "KERAS_VIT_CIFAR10_MODEL" in os.environ else 0.72, 0.03),
     (SHIPPED_HYBRID, 0.85, 0.03),   # recipes/cifar10_hybrid.py: 85.78% in float32 (its aim: 85%)
 ], ids=["vit", "hybrid"])
 def test_shipped_cifar10_models_int8_on_the_test_set(tmp_path, shipped, min_accuracy, max_drop):
@@ -536,8 +537,8 @@ SHIPPED_EXPORTS = ROOT / "saved_models" / "vit_cifar10" / "exports"
     ("vit_cifar10.tflite", 1e-4, 1.0),
     ("vit_cifar10_f16.tflite", 0.1, 0.95),
     ("vit_cifar10_dynamic.tflite", 1.0, 0.9),
-    ("vit_cifar10_int8.tflite", None, 0.8),   # 94.6% over the 10,000 test images
-    ("vit_cifar10_a16w8.tflite", None, 0.9),  # 97.0%
+    ("vit_cifar10_int8.tflite", None, 0.8),   # 95.6% over the 10,000 test images
+    ("vit_cifar10_a16w8.tflite", None, 0.9),  # 97.7%
     ("vit_cifar10_hybrid.tflite", 1e-4, 1.0),
     ("vit_cifar10_hybrid_int8.tflite", None, 0.8),  # 98.4%
 ])

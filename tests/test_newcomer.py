@@ -160,7 +160,7 @@ def test_cli_prints_no_tensorflow_start_up_lines(tmp_path):
             f"{str(ROOT / 'tests/data/cifar10_sample/cat/0511.jpg')!r}, '--top', '1']))")
     result = _run("-c", code, env=env)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip().endswith("0511.jpg: cat 0.4893")
+    assert result.stdout.strip().endswith("0511.jpg: cat 0.5114")
     assert result.stderr == "", result.stderr  # no absl pre-init lines, no cuInit, no oneDNN notes
 
 
