@@ -50,7 +50,22 @@ def _quantized(float_model, calibration, bits, float_regexes):
         entries.append(entry)
     q = quantizer.Quantizer(float_model, entries)
     result = q.calibrate({"serving_default": [{"images": im[None]} for im in calibration]}, num_threads=2)
-    return bytes(q.quantize(result, enable_progress_report=False).quantized_model)
+    content = bytes(q.quantize(result, enable_progress_report=False).quantized_model)
+    _check_kept_float(content, float_regexes)
+    return content
+
+
+def _check_kept_float(content, float_regexes):
+    """A row named "... float" must have those ops in float: a regex that stops matching (the
+    quantizer's op scopes gained a trailing ';' in 0.10) would quantize them silently."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    tensors = Interpreter(model_content=content).get_tensor_details()
+    for regex in float_regexes:
+        matched = [t for t in tensors if re.search(regex, t["name"] + ";")]
+        if not any(t["dtype"] == np.float32 for t in matched):
+            raise RuntimeError(f"no float32 tensor matches {regex!r} after quantization "
+                               f"({len(matched)} matching tensors, none float): the row would be mislabelled")
 
 
 def _row(name, logits, reference, labels, size, seconds):
@@ -95,7 +110,7 @@ def main(argv=None):
         export_model(args.model, float_path, samples=os.path.join(ROOT, "tests", "data", "cifar10_sample"))
         with open(float_path, "rb") as f:
             float_model = f.read()
-        norm, more = [_A16W8_FLOAT_OPS], [_A16W8_FLOAT_OPS, r".*/attention[^/]*/Softmax$"]
+        norm, more = [_A16W8_FLOAT_OPS], [_A16W8_FLOAT_OPS, r".*/attention[^/]*/Softmax(;|$)"]
         from ai_edge_quantizer import quantizer, recipe
 
         start = time.time()
