@@ -56,13 +56,13 @@ def _quantized(float_model, calibration, bits, float_regexes):
 
 
 def _check_kept_float(content, float_regexes):
-    """A row named "... float" must have those ops in float: a regex that stops matching (the
-    quantizer's op scopes gained a trailing ';' in 0.10) would quantize them silently."""
+    """A row named "... float" must have those ops in float: a regex that stops matching the
+    quantizer's op scopes (they gained a trailing ';' in 0.10) would quantize them silently."""
     from ai_edge_litert.interpreter import Interpreter
 
     tensors = Interpreter(model_content=content).get_tensor_details()
     for regex in float_regexes:
-        matched = [t for t in tensors if re.search(regex, t["name"] + ";")]
+        matched = [t for t in tensors if re.search(regex, t["name"])]
         if not any(t["dtype"] == np.float32 for t in matched):
             raise RuntimeError(f"no float32 tensor matches {regex!r} after quantization "
                                f"({len(matched)} matching tensors, none float): the row would be mislabelled")
