@@ -28,7 +28,6 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit._files import atomic_path
-from keras_vit._optional import require
 from keras_vit._recipes import RECIPES_DIR, find_recipe, shipped_recipes  # noqa: F401  (public here)
 from keras_vit.augment import check_rand_augment
 
@@ -763,8 +762,7 @@ def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, pr
     monitor = "val_accuracy" if val_ds is not None else "accuracy"
     callbacks.append(BestModelCheckpoint(os.path.join(out_dir, "best.keras"), monitor, enabled=is_chief))
     callbacks.append(keras.callbacks.CSVLogger(os.path.join(out_dir, "history.csv"), append=True))
-    require("tensorboard", "tensorboard", what="the TensorBoard logs of keras-vit train")
-    callbacks.append(keras.callbacks.TensorBoard(os.path.join(out_dir, "logs"), write_graph=False))
+    callbacks.extend(_tensorboard(out_dir, is_chief))
 
     start, cpu_start = time.time(), time.process_time()
     try:
@@ -809,6 +807,19 @@ def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, pr
           f"test accuracy {test_accuracy:.4f}, test loss {test_loss:.4f}, {train_seconds:.0f} s, "
           f"{strategy_name(strategy)} x{strategy.num_replicas_in_sync} -> {out_dir}", flush=True)
     return metrics
+
+
+def _tensorboard(out_dir, is_chief):
+    """The TensorBoard callback when tensorboard is installed; otherwise one line on how to get the logs.
+
+    TensorFlow no longer installs tensorboard, and the logs are a nicety: a run must not fail for them.
+    """
+    if importlib.util.find_spec("tensorboard") is None:
+        if is_chief:
+            log.info('TensorBoard logs: off (tensorboard is not installed; pip install "keras-vit[tensorboard]" '
+                     "to write them to %s)", os.path.join(out_dir, "logs"))
+        return []
+    return [keras.callbacks.TensorBoard(os.path.join(out_dir, "logs"), write_graph=False)]
 
 
 def _pad_batches(ds, multiple):
