@@ -110,7 +110,7 @@ def test_each_code_block_is_run_or_marked_with_its_reason():
         blocks = code_blocks(text, _name(path))
         fences = sum(1 for line in text.splitlines() if FENCE.match(line))
         assert fences == 2 * len(blocks), f"{_name(path)}: {fences} fence lines for {len(blocks)} blocks"
-        for line, language, marker, _reason, code in blocks:
+        for line, language, marker, reason, code in blocks:
             where = f"{_name(path)}:{line}"
             assert language in RUNNERS or language in NOT_COMMANDS, \
                 f"{where}: ```{language} is neither a command ({', '.join(RUNNERS)}) nor {NOT_COMMANDS}"
@@ -118,6 +118,9 @@ def test_each_code_block_is_run_or_marked_with_its_reason():
                 assert marker is None, f"{where}: a ```text block is never run; its marker says nothing"
                 continue
             counted += 1
+            # a block not run because a test runs the same command names a test that exists
+            for test_file, test_name in re.findall(r"(tests/\w+\.py)::(\w+)", reason):
+                assert f"def {test_name}(" in (ROOT / test_file).read_text(), f"{where}: no {test_file}::{test_name}"
             # installing is the reader's step, never the suite's: such a block says so
             if re.search(r"^\s*pip install", code, re.M):
                 assert marker == "not run", f"{where}: a block that installs packages must be marked not run"
