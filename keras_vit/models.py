@@ -132,8 +132,10 @@ class VisionTransformer(keras.Model):
     Args:
         image_size: int or (height, width) of the input images.
         patch_size: int or (ph, pw); for hybrids, the patch size on the stem's feature map.
-        hidden_size, num_layers, num_heads, mlp_dim: the Transformer's width, depth, heads
-            and MLP width.
+        hidden_size: the Transformer's width (each token's size).
+        num_layers: its depth, the number of Transformer blocks.
+        num_heads: the attention heads of each block.
+        mlp_dim: the hidden width of each block's MLP.
         classes: the head's width.
         include_top: with the head (logits) or without (the pooled representation).
         classifier: "token" (a class token, read out at position 0) or "gap" (no class
@@ -148,8 +150,8 @@ class VisionTransformer(keras.Model):
             `first_stride=2` gives the first stage stride 2 (BiT's has 1), so after a "small"
             root only the root conv runs at full resolution (the official layout cannot
             hold it either).
-        dropout_rate, attention_dropout_rate: dropout after the position embeddings and in
-            the MLP / on the attention probabilities.
+        dropout_rate: dropout after the position embeddings and in the MLP.
+        attention_dropout_rate: dropout on the attention probabilities.
         drop_path_rate: stochastic depth of the last block; it grows linearly from 0 over
             the blocks.
         classifier_activation: activation on the head, e.g. "softmax"; None gives logits.
@@ -182,10 +184,11 @@ class VisionTransformer(keras.Model):
         fc_norm: False (the paper): the last LayerNorm ("encoder_norm") normalizes every
             token before pooling; True: it normalizes the pooled features instead
             ("fc_norm", timm's placement for average-pooled models).
-        pixel_mean, pixel_std: the per-channel (R, G, B) mean and standard deviation, on
-            the [0, 1] pixel scale, that the model's inputs were normalized with:
-            x = (pixels / 255 - mean) / std. The default 0.5 is the official [-1, 1]
-            scaling; `preprocess_input(x, model=model)` and exports use the model's values.
+        pixel_mean: the per-channel (R, G, B) mean, on the [0, 1] pixel scale, that the
+            model's inputs were normalized with: x = (pixels / 255 - mean) / std. The default
+            0.5 (with `pixel_std` 0.5) is the official [-1, 1] scaling;
+            `preprocess_input(x, model=model)` and exports use the model's values.
+        pixel_std: the per-channel standard deviation of that normalization (default 0.5).
 
     Example:
     >>> model = VisionTransformer(image_size=32, patch_size=4, hidden_size=64, num_layers=2,

@@ -78,7 +78,7 @@ def exports_table(exports_dir):
     return f"""
 ## Exports
 
-Written by `keras-vit export` (the commands are in the README); each was checked against the Keras model on
+Written by `keras-vit export` (the commands are in docs/export.md); each was checked against the Keras model on
 {sample} before it was written. The JSON beside each file holds the full report. "Keras accuracy" is the
 model's in float32, the precision exports are made from; the test accuracy above was measured in the
 training precision.

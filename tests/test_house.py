@@ -99,7 +99,7 @@ def test_no_import_cycles_in_the_package():
         pytest.fail("import cycle: " + "; ".join(steps))
 
 
-# The house's floors, bottom up (README "Layout"): a module imports only from its own floor or below.
+# The house's floors, bottom up (docs/contributing.md, "Layout"): a module imports only from its own floor or below.
 FLOORS = {
     "keras_vit._common": 0, "keras_vit._files": 0, "keras_vit._optional": 0, "keras_vit.presets": 0,
     "keras_vit.interpolation": 0, "keras_vit._recipes": 0, "keras_vit._losses": 0,
