@@ -159,7 +159,7 @@ class MaskedPatchPretrainer(keras.Model):
     def call(self, images, training=False):
         enc, pe = self.encoder, self.patch_encoder
         x = pe.projection(images)
-        x = ops.reshape(x, (ops.shape(x)[0], -1, pe.hidden_size))
+        x = ops.reshape(x, (-1, self.grid[0] * self.grid[1], pe.hidden_size))  # static N: the plan needs it
         x, kind = self.corrupt_embeddings(x, training=training)
         prefix = ([pe.cls] if pe.class_token else []) + ([pe.dist_token] if pe.distillation_token else [])
         if prefix:

@@ -859,6 +859,9 @@ def wrap_for_training(model, config, steps):
         from keras_vit.distill import Distiller, load_teacher
 
         teacher = load_teacher(settings["teacher"], precision=settings["teacher_precision"])
+        log.info("distilling (%s labels, alpha %s) from the teacher %s: %s parameters, %s", settings["kind"],
+                 settings["alpha"], settings["teacher"], f"{teacher.count_params():,}",
+                 teacher.dtype_policy.name if hasattr(teacher, "dtype_policy") else "as saved")
         wrapper = Distiller(model, teacher, kind=settings["kind"], alpha=settings["alpha"],
                             temperature=settings["temperature"], label_smoothing=config["label_smoothing"],
                             name="distiller")

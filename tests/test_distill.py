@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import ROOT, randomize, tiny_cifar_folder, tiny_vit
+from conftest import ROOT, SHARED, randomize, tiny_cifar_folder, tiny_vit
 from keras_vit import distill, training
 
 IMAGES = np.random.default_rng(0).uniform(-1, 1, (4, 32, 32, 3)).astype("float32")
@@ -163,6 +163,15 @@ def test_distill_training_steps_keep_the_teacher_frozen():
             "val_teacher_agreement"} <= set(history.history)
     assert not {id(w) for w in trainer.trainable_weights} & {id(w) for w in teacher.weights}
     assert len(trainer.trainable_weights) == len(student.trainable_weights)
+    # each metric is what it says, against NumPy on the same images
+    labels = _labels(16)
+    results = trainer.evaluate(x, labels, batch_size=8, verbose=0, return_dict=True)
+    cls, dist = (np.asarray(t) for t in distill.two_heads(student)(x))
+    truth, taught = labels.argmax(-1), np.asarray(teacher(x)).argmax(-1)
+    want = {"accuracy": np.mean((cls + dist).argmax(-1) == truth), "cls_accuracy": np.mean(cls.argmax(-1) == truth),
+            "dist_accuracy": np.mean(dist.argmax(-1) == truth), "teacher_agreement": np.mean(dist.argmax(-1) == taught)}
+    for name, value in want.items():
+        assert results[name] == pytest.approx(value, abs=1e-6), (name, results, want)
 
 
 def test_a_student_and_teacher_that_do_not_fit_are_refused(tmp_path):
@@ -228,3 +237,58 @@ def test_deit_recipe_parses_with_its_teacher_and_student():
     assert changed["distill"] == dict(config["distill"], teacher="other.keras", kind="soft", temperature=3.0)
     with pytest.raises(ValueError, match=r"'distill.kidn' \(did you mean 'distill.kind'\?\)"):
         training.apply_overrides(config, ["distill.kidn=soft"])
+
+
+def test_timm_distilled_deit_checkpoint_gives_timms_outputs():
+    """The distillation token is the one timm's deit_*_distilled_* models have: a tiny random checkpoint
+    that timm 1.0.31 saved (../shared/fixtures/zoo/timm_deit_distilled) gives timm's logits, pooled
+    output and tokens (a copy in tests/data/timm)."""
+    from safetensors.numpy import load_file
+
+    from keras_vit.pretrained import load_state_dict
+
+    folder = ROOT / "tests" / "data" / "timm"
+    io = np.load(folder / "timm_deit_distilled.io.npz")
+    model = tiny_vit(patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64, classes=5,
+                     distillation=True, approximate_gelu=False, pixel_mean=(0.485, 0.456, 0.406),
+                     pixel_std=(0.229, 0.224, 0.225))
+    report = load_state_dict(model, load_file(str(folder / "timm_deit_distilled" / "model.safetensors")), "timm")
+    assert {"dist_token", "head_dist.weight", "head_dist.bias"} <= set(report["loaded"])
+    assert not report["kept"] and not report["dropped"]
+    images = io["images"]
+    np.testing.assert_allclose(model(images), io["logits"], atol=1e-4)
+    features = model.forward_features(images)
+    np.testing.assert_allclose(features, io["tokens"], atol=1e-4)
+    np.testing.assert_allclose(model.forward_head(features, pre_logits=True), io["pooled"], atol=1e-4)
+
+
+SHIPPED_DEIT = ROOT / "saved_models" / "deit_cifar10" / "model.keras"
+CIFAR10_TGZ = SHARED / "data" / "cifar10-jpeg.tgz"
+
+
+@pytest.mark.slow
+def test_shipped_deit_reaches_80_percent_and_its_heads_table_holds():
+    """recipes/cifar10_deit.py's model on all 10,000 CIFAR-10 test images (float32, the two heads averaged,
+    as every export serves it): the bar of issue 39 is 80%; each head alone is reported beside it."""
+    if not SHIPPED_DEIT.exists():
+        pytest.skip(f"the shipped DeiT model {SHIPPED_DEIT} is not there yet (trained by recipes/cifar10_deit.py)")
+    if not CIFAR10_TGZ.exists():
+        pytest.skip(f"the CIFAR-10 JPEGs are not at {CIFAR10_TGZ} (they are in CI's ../shared, not in a clone)")
+    import keras_vit
+
+    model = keras.models.load_model(SHIPPED_DEIT, compile=False)
+    assert model.distillation and model.image_size == (32, 32)
+    images, labels, _ = keras_vit.data.load_image_set(CIFAR10_TGZ, model.image_size, class_names=model.class_names,
+                                                      split="test")
+    assert len(images) == len(labels) == 10000
+    x = keras_vit.preprocess_input(images)
+    cls, dist = (np.concatenate(parts) for parts in zip(*(
+        [np.asarray(t) for t in distill.two_heads(model)(x[i:i + 500])] for i in range(0, len(x), 500))))
+    accuracy = {"class_head": np.mean(cls.argmax(-1) == labels), "distillation_head": np.mean(dist.argmax(-1) == labels),
+                "averaged": np.mean((cls + dist).argmax(-1) == labels)}
+    assert accuracy["averaged"] >= 0.80, accuracy
+    logits = np.concatenate([np.asarray(model(x[i:i + 500])) for i in range(0, len(x), 500)])
+    assert np.mean(logits.argmax(-1) == (cls + dist).argmax(-1)) == 1.0  # the model's own output is the average
+    recorded = json.loads((SHIPPED_DEIT.parent / "metrics.json").read_text())["test_heads"]
+    for head, value in accuracy.items():  # the card's table (training precision) against float32 here
+        assert abs(recorded[head] - value) < 0.005, (head, recorded[head], value)
