@@ -173,13 +173,13 @@ def copy_weights(source, target, *, method="official"):
     for variable in target.weights:
         s = src.pop(variable.path, None)
         if s is None:
-            if variable.path.startswith("head/"):
+            if variable.path.startswith(("head/", "head_dist/")):
                 report["kept"].append(variable.path)
             else:
                 problems.append(f"{variable.path} missing in the source")
         elif tuple(s.shape) == tuple(variable.shape):
             plan.append((variable, s, None))
-        elif variable.path.startswith("head/"):
+        elif variable.path.startswith(("head/", "head_dist/")):
             report["kept"].append(f"{variable.path} (target {tuple(variable.shape)}, source {tuple(s.shape)})")
         elif variable.path == "patch_encoder/pos_embedding" and s.shape[-1] == variable.shape[-1]:
             old_grid = source.patch_encoder.grid_size
@@ -189,7 +189,7 @@ def copy_weights(source, target, *, method="official"):
         else:
             problems.append(f"{variable.path}: target {tuple(variable.shape)}, source {tuple(s.shape)}")
     for path in src:
-        if path.startswith(("head/", "pre_logits/")):
+        if path.startswith(("head/", "head_dist/", "pre_logits/")):
             report["dropped"].append(path)
         else:
             problems.append(f"{path} has no place in the target")
