@@ -28,6 +28,16 @@ def safetensors_header(path):
     return {k: (v["dtype"], v["shape"]) for k, v in header.items()}
 
 
+def test_every_recorded_sensitivity_is_visible_at_the_tolerance():
+    """cases.json "sensitivity": how far each feature moves the library's outputs when left out; a test of
+    keras-vit at the tolerance can only tell a feature is there when that exceeds the tolerance."""
+    seen = {(name, label): value for name, case in CASES["cases"].items()
+            for label, value in case.get("sensitivity", {}).items()}
+    assert len(seen) >= 30
+    small = {k: v for k, v in seen.items() if v <= CASES["tolerance"] and "eps" not in k[1]}
+    assert not small, small
+
+
 def test_every_origin_is_listed_and_every_case_has_one():
     listed = [name for names in CASES["origins"].values() for name in names]
     assert sorted(listed) == NAMES and len(set(listed)) == len(listed)

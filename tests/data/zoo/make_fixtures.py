@@ -112,6 +112,95 @@ def all_keys(state):
     return {k: list(v.shape) for k, v in sorted(state.items())}
 
 
+# -- sensitivities: how far each feature moves the outputs when it is left out -------------------------
+
+def _set_params(model, pattern, value):
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if re.search(pattern, name):
+                p.fill_(value)
+
+
+def _replace_modules(model, pattern, make):
+    for name, _ in list(model.named_modules()):
+        if name and re.search(pattern, name):
+            parent, _, attr = name.rpartition(".")
+            setattr(model.get_submodule(parent) if parent else model, attr, make())
+
+
+def _patch_interpolate(antialias):
+    """Every F.interpolate(mode='bicubic') call with antialias forced on or off, for one measurement."""
+    import torch.nn.functional as F
+
+    original = F.interpolate
+
+    def patched(*args, **kwargs):
+        if kwargs.get("mode") == "bicubic":
+            kwargs["antialias"] = antialias
+        return original(*args, **kwargs)
+
+    return original, patched
+
+
+def sensitivity(model, ablations, outputs_of, inputs, compare):
+    """{label: max |diff| over the compared outputs} for each ablation, on a copy of the model."""
+    import copy
+
+    import torch.nn.functional as F
+
+    reference = {}
+    out = {}
+    for label, (ablate, size) in ablations.items():
+        x = inputs[size]
+        if size not in reference:
+            with torch.no_grad():
+                reference[size] = outputs_of(model, x)
+        ablated = copy.deepcopy(model)
+        original = None
+        if isinstance(ablate, tuple) and ablate[0] == "antialias":
+            original, patched = _patch_interpolate(ablate[1])
+            F.interpolate = patched
+        else:
+            ablate(ablated)
+        try:
+            with torch.no_grad():
+                got = outputs_of(ablated, x)
+        finally:
+            if original is not None:
+                F.interpolate = original
+        out[label] = float(f"{max(np.abs(got[k] - reference[size][k]).max() for k in compare):.3g}")
+    return out
+
+
+def _quick_gelu():
+    from timm.layers import QuickGELU
+    return QuickGELU()
+
+
+def _exact_gelu():
+    return torch.nn.GELU()
+
+
+def _tanh_gelu():
+    return torch.nn.GELU(approximate="tanh")
+
+
+class _MeanPool(torch.nn.Module):
+    def forward(self, x):
+        return x.mean(dim=1)
+
+
+def _tower(model):
+    """The vision tower module: transformers 5 keeps CLIPVisionModel's flat in memory (its file keys still
+    start with vision_model.), the full models' under .vision_model."""
+    return getattr(model, "vision_model", model)
+
+
+def _swap_swiglu_halves(model):
+    for layer in model.encoder.layer:
+        layer.mlp.gate_proj, layer.mlp.up_proj = layer.mlp.up_proj, layer.mlp.gate_proj
+
+
 # -- timm ---------------------------------------------------------------------------------------------
 
 TIMM_CASES = {
@@ -123,7 +212,10 @@ TIMM_CASES = {
                "h = fc1(x) (2H wide); a, b = h[..., :H], h[..., H:]; out = fc2(silu(a) * b)",
                "MLP width int(D * 5.33334) (mlp_ratio 2.66667 * 2 implied by the architecture name: 170 here, "
                "8192 for the real giant)",
-               "(init_values=1e-5, mlp_layer=SwiGLUPacked, act_layer=SiLU implied by the architecture name)"]),
+               "(init_values=1e-5, mlp_layer=SwiGLUPacked, act_layer=SiLU implied by the architecture name)"],
+        ablations={"LayerScale left out": (lambda m: _set_params(m, r"\.ls\d\.gamma$", 1.0), None),
+                   "SiLU on the second half (gate_last)": (
+                       lambda m: [setattr(b.mlp, "gate_last", True) for b in m.blocks], None)}),
     "timm_dinov2_dyn": dict(
         name="vit_small_patch14_dinov2.lvd142m", args=DINO14, num_classes=0, family="DINOv2",
         create=dict(dynamic_img_size=True), sizes=[(70, 70), (42, 70)],
@@ -133,7 +225,10 @@ TIMM_CASES = {
                    "apart, the grid through F.interpolate(mode='bicubic', antialias=True, align_corners=False) "
                    "(keras_vit.interpolation 'torch_bicubic_antialias')",
         needs=["LayerScale (ls1.gamma, ls2.gamma) (init_values implied by the architecture name)",
-               "any image size: position embeddings resampled per call with 'torch_bicubic_antialias'"]),
+               "any image size: position embeddings resampled per call with 'torch_bicubic_antialias'"],
+        ablations={"LayerScale left out": (lambda m: _set_params(m, r"\.ls\d\.gamma$", 1.0), None),
+                   "42x70 bicubic-no-aa": (("antialias", False), (42, 70)),
+                   "70x70 bicubic-no-aa": (("antialias", False), (70, 70))}),
     "timm_dinov2_reg4_dyn": dict(
         name="vit_small_patch14_reg4_dinov2.lvd142m", args=DINO14, num_classes=0, family="DINOv2 + registers",
         create=dict(dynamic_img_size=True), sizes=[(70, 56), (42, 42)],
@@ -141,14 +236,17 @@ TIMM_CASES = {
         resampling="resample_abs_pos_embed(pos_embed, new_size, old_size=(4, 4), num_prefix_tokens=0) "
                    "(no_embed_class: the table holds patches only), F.interpolate bicubic antialias=True",
         needs=["LayerScale", "4 register tokens after the class token", "no_embed_class",
-               "any image size: 'torch_bicubic_antialias' over the patch table alone"]),
+               "any image size: 'torch_bicubic_antialias' over the patch table alone"],
+        ablations={"42x42 bicubic-no-aa": (("antialias", False), (42, 42))}),
     "timm_clip": dict(
         name="vit_base_patch16_clip_224.laion2b", args=SMALL, num_classes=6, family="CLIP image tower (LAION, GELU)",
         tokens="class, 16 patches",
         needs=["norm_pre before the first block (pre_norm=True implied by the architecture name)",
                "patch projection without bias", "LayerNorm eps 1e-5 (implied by the architecture name)",
                "exact GELU (not QuickGELU: no _quickgelu in the name)", "OpenAI CLIP mean/std",
-               "head = the image projection, here with a bias as timm's"]),
+               "head = the image projection, here with a bias as timm's"],
+        ablations={"norm_pre left out": (lambda m: setattr(m, "norm_pre", torch.nn.Identity()), None),
+                   "QuickGELU for GELU": (lambda m: _replace_modules(m, r"mlp\.act$", _quick_gelu), None)}),
     "timm_siglip": dict(
         name="vit_base_patch16_siglip_224.webli", args=SMALL, num_classes=0, family="SigLIP image tower",
         tokens="16 patches (no class token)",
@@ -156,7 +254,10 @@ TIMM_CASES = {
                "attention-pool head (global_pool='map' implied): attn_pool.latent (1, 1, D) query; "
                "attn_pool.q (D -> D), attn_pool.kv (D -> 2D, k then v), attn_pool.proj; "
                "x = proj(attn); x = x + mlp(norm(x)); pooled = x[:, 0]",
-               "exact GELU in timm (big_vision and transformers use tanh GELU)", "mean/std 0.5"]),
+               "exact GELU in timm (big_vision and transformers use tanh GELU)", "mean/std 0.5"],
+        ablations={"MAP as average pooling": (lambda m: setattr(m, "attn_pool", None) or setattr(m, "global_pool", "avg"),
+                                              None),
+                   "tanh GELU for exact": (lambda m: _replace_modules(m, r"mlp\.act$", _tanh_gelu), None)}),
     "timm_beit": dict(
         name="beit_base_patch16_224.in22k_ft_in22k_in1k", args=SMALL, num_classes=5, family="BEiT",
         tokens="class, 16 patches; no absolute position embeddings",
@@ -166,7 +267,11 @@ TIMM_CASES = {
                "LayerScale as gamma_1 / gamma_2 (init_values=0.1 implied)",
                "no absolute position embeddings (use_abs_pos_emb=False implied)",
                "average pooling of the patch tokens then fc_norm (global_pool='avg', use_fc_norm)",
-               "exact GELU, eps 1e-6, mean/std 0.5"]),
+               "exact GELU, eps 1e-6, mean/std 0.5"],
+        ablations={"relative position bias left out": (
+                       lambda m: _set_params(m, r"relative_position_bias_table$", 0.0), None),
+                   "LayerScale left out": (lambda m: _set_params(m, r"gamma_\d$", 1.0), None),
+                   "class token for the patch mean": (lambda m: setattr(m, "global_pool", "token"), None)}),
 }
 
 
@@ -198,10 +303,21 @@ def timm_case(case, spec, seed):
                 out["logits"] = model(x).numpy()
             io.update({k + suffix: v for k, v in out.items()})
     np.savez_compressed(HERE / f"{case}.io.npz", **io)
+    compare = (["logits"] if spec["num_classes"] else []) + ["pooled", "tokens"]
+
+    def outputs_of(m, x):
+        tokens = m.forward_features(x)
+        out = {"tokens": tokens.numpy(), "pooled": m.forward_head(tokens, pre_logits=True).numpy()}
+        if spec["num_classes"]:
+            out["logits"] = m(x).numpy()
+        return out
+
+    inputs = {None: nchw(io["images"])}
+    inputs.update({tuple(s): nchw(io[f"images_{s[0]}x{s[1]}"]) for s in spec.get("sizes", [])})
+    sens = sensitivity(model, spec.get("ablations", {}), outputs_of, inputs, compare)
     config = json.loads((folder / "config.json").read_text())
     plain = timm.create_model("vit_tiny_patch16_224", pretrained=False, **model_args)
     beside, absent = key_diff(all_keys(model.state_dict()), all_keys(plain.state_dict()))
-    compare = (["logits"] if spec["num_classes"] else []) + ["pooled", "tokens"]
     entry = {
         "source": "timm", "architecture": spec["name"].split(".")[0], "pretrained_tag": spec["name"].split(".")[1],
         "model_args": spec["args"], "num_classes": spec["num_classes"],
@@ -215,6 +331,7 @@ def timm_case(case, spec, seed):
         "keys_beside_plain_vit": beside, "plain_vit_keys_absent": absent,
         "keys": generalize(all_keys(model.state_dict())),
         "family": spec["family"], "tokens": spec["tokens"], "needs": spec["needs"],
+        "sensitivity": sens,
     }
     return entry, io, folder
 
@@ -258,14 +375,17 @@ def hf_cases():
             needs=["model_type 'dinov2_with_registers'", "LayerScale (layer_scale1.lambda1 / layer_scale2.lambda1)",
                    "embeddings.register_tokens (1, R, D) inserted after the class token AFTER the position "
                    "embeddings are added (they get none)", "embeddings.mask_token (unused at inference)",
-                   "pooler_output = final-normed class token", "eps 1e-6, exact GELU"]),
+                   "pooler_output = final-normed class token", "eps 1e-6, exact GELU"],
+            ablations={"LayerScale left out": (lambda m: _set_params(m, r"layer_scale\d\.lambda1$", 1.0), None),
+                       "42x70 bicubic-no-aa": (("antialias", False), (42, 70))}),
         "hf_dinov2_swiglu": dict(
             model=t.Dinov2Model, config=t.Dinov2Config(**HF_SMALL14, use_swiglu_ffn=True), proc=dinov2_proc,
             stats=IMAGENET, outputs=dict(pooled="pooler_output", tokens="last_hidden_state"),
             family="DINOv2 giant-style (SwiGLU)", tokens="class, 16 patches",
             needs=["use_swiglu_ffn: mlp.weights_in (2H, D) + bias, mlp.weights_out (D, H) + bias with "
                    "H = (int(D * mlp_ratio * 2 / 3) + 7) // 8 * 8; out = weights_out(silu(a) * b), "
-                   "a, b = chunk(weights_in(x), 2) (first half through SiLU)", "LayerScale", "eps 1e-6"]),
+                   "a, b = chunk(weights_in(x), 2) (first half through SiLU)", "LayerScale", "eps 1e-6"],
+            ablations={"SiLU on the second half": (_swap_swiglu_halves, None)}),
         "hf_dinov2_interp": dict(
             model=t.Dinov2Model, config=t.Dinov2Config(**HF_SMALL14), proc=dinov2_proc, stats=IMAGENET,
             outputs=dict(pooled="pooler_output", tokens="last_hidden_state"), sizes=[(70, 70), (42, 70)],
@@ -274,7 +394,9 @@ def hf_cases():
                        "grid through F.interpolate(size=(H/14, W/14), mode='bicubic', align_corners=False) in float32, "
                        "NO antialias ('torch_bicubic'); skipped when the image is square with the stored patch count",
             needs=["as hf_dinov2", "any image size: 'torch_bicubic' (unlike timm's DINOv2 and transformers' "
-                   "Dinov2WithRegisters, which antialias)"]),
+                   "Dinov2WithRegisters, which antialias)"],
+            ablations={"42x70 bicubic-aa": (("antialias", True), (42, 70)),
+                       "70x70 bicubic-aa": (("antialias", True), (70, 70))}),
         "hf_deit_distilled": dict(
             model=t.DeiTForImageClassificationWithTeacher, config=t.DeiTConfig(**HF_SMALL, num_labels=5),
             proc=deit_proc, stats=IMAGENET,
@@ -297,7 +419,12 @@ def hf_cases():
             needs=["model_type 'clip_vision_model'", "pre_layrnorm (sic) before the first block",
                    "patch_embedding without bias", "class_embedding (D,) (a vector, not (1, 1, D))",
                    "position_embedding.weight (T, D) (an nn.Embedding)", "QuickGELU (hidden_act 'quick_gelu')",
-                   "eps 1e-5", "pooler_output = post_layernorm(token 0)", "OpenAI CLIP mean/std"]),
+                   "eps 1e-5", "pooler_output = post_layernorm(token 0)", "OpenAI CLIP mean/std"],
+            ablations={"pre_layrnorm left out": (
+                           lambda m: setattr(_tower(m), "pre_layrnorm", torch.nn.Identity()), None),
+                       "exact GELU for QuickGELU": (
+                           lambda m: [setattr(layer.mlp, "activation_fn", _exact_gelu())
+                                      for layer in _tower(m).encoder.layers], None)}),
         "hf_clip_vision_proj": dict(
             model=t.CLIPVisionModelWithProjection, config=t.CLIPVisionConfig(**clip_vision), proc=clip_proc,
             stats=CLIP_STATS, outputs=dict(logits="image_embeds", tokens="last_hidden_state"),
@@ -323,7 +450,8 @@ def hf_cases():
             family="SigLIP (full model: vision tower under vision_model.*)",
             tokens="16 patches (no class token); last_hidden_state after post_layernorm",
             needs=["model_type 'siglip': vision_model.* as hf_siglip_vision; text_model.*, logit_scale, logit_bias "
-                   "to skip", "get_image_features = pooler_output (MAP head output; no projection)"]),
+                   "to skip", "get_image_features = pooler_output (MAP head output; no projection)"],
+            ablations={"MAP as average pooling": (lambda m: setattr(_tower(m), "head", _MeanPool()), None)}),
         "hf_beit": dict(
             model=t.BeitModel, config=t.BeitConfig(**beit), proc=beit_proc, stats=HALF,
             outputs=dict(pooled="pooler_output", tokens="last_hidden_state"), family="BEiT",
@@ -334,7 +462,10 @@ def hf_cases():
                    "((2gh-1)(2gw-1)+3, heads); the index is computed, not stored",
                    "query and value biases, key without bias", "LayerScale lambda_1 / lambda_2",
                    "pooler: LayerNorm(mean of the patch tokens) (pooler.layernorm)", "eps 1e-12, exact GELU",
-                   "no absolute position embeddings"]),
+                   "no absolute position embeddings"],
+            ablations={"relative position bias left out": (
+                           lambda m: _set_params(m, r"relative_position_bias_table$", 0.0), None),
+                       "LayerScale left out": (lambda m: _set_params(m, r"lambda_\d$", 1.0), None)}),
         "hf_beit_cls": dict(
             model=t.BeitForImageClassification, config=t.BeitConfig(**beit, num_labels=5), proc=beit_proc,
             stats=HALF, outputs=dict(logits="logits", pooled=("beit", "pooler_output"),
@@ -386,6 +517,14 @@ def hf_case(case, spec, seed):
                 got = loaded(images=list(pixels), return_tensors="pt")["pixel_values"].numpy()
                 processor_diff = float(np.abs(got.transpose(0, 2, 3, 1) - images).max())
     np.savez_compressed(HERE / f"{case}.io.npz", **io)
+    compare = [k for k in ("logits", "pooled", "tokens") if k in spec["outputs"]]
+
+    def outputs_of(m, x):
+        return {key: _hf_output(m, x, what).numpy() for key, what in spec["outputs"].items()}
+
+    inputs = {None: nchw(io["images"])}
+    inputs.update({tuple(s): nchw(io[f"images_{s[0]}x{s[1]}"]) for s in spec.get("sizes", [])})
+    sens = sensitivity(model, spec.get("ablations", {}), outputs_of, inputs, compare)
     config = json.loads((folder / "config.json").read_text())
     from safetensors.numpy import load_file
 
@@ -411,12 +550,12 @@ def hf_case(case, spec, seed):
                                                                           "image_size", "patch_size")}},
         "reference": f"{type(model).__name__}.from_pretrained('{case}'): "
                      + ", ".join(f"{v} ({k})" for k, v in names.items()),
-        "compare": [k for k in ("logits", "pooled", "tokens") if k in spec["outputs"]],
+        "compare": compare,
         "tokens_stage": spec.get("tokens_stage", "features"), "mean": list(mean), "std": list(std),
         "config_entries": config, "preprocessor_config": json.loads((folder / "preprocessor_config.json").read_text()),
         "processor_vs_images_max_abs_diff": processor_diff,
         "keys_beside_plain_vit": generalize(beside), "plain_vit_keys_absent": absent, "keys": generalize(state),
-        "family": spec["family"], "tokens": spec["tokens"], "needs": spec["needs"],
+        "family": spec["family"], "tokens": spec["tokens"], "needs": spec["needs"], "sensitivity": sens,
     }
     return entry, io, folder
 
