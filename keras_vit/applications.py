@@ -20,6 +20,8 @@ import re
 import numpy as np
 from keras import ops
 
+from keras_vit._common import refuse_unknown_keywords
+
 log = logging.getLogger("keras_vit")
 
 _RESOURCES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resources")
@@ -69,6 +71,7 @@ def to_rgb(images, origin):
     raise ValueError(f"{origin} has {channels} channels; expected grayscale, RGB or RGBA.")
 
 
+@refuse_unknown_keywords
 def preprocess_input(x, data_format=None, *, model=None):
     """Scales RGB pixels in [0, 255] to [-1, 1] (x / 127.5 - 1), the official preprocessing.
 
@@ -128,6 +131,7 @@ def _imagenet_classes():
     return tuple((str(wnid), str(name)) for wnid, name in classes)
 
 
+@refuse_unknown_keywords
 def imagenet_class_names():
     """The 1,000 ImageNet-1k class names, in the order of the released checkpoints' heads.
 
@@ -138,6 +142,7 @@ def imagenet_class_names():
     return [name for _, name in _imagenet_classes()]
 
 
+@refuse_unknown_keywords
 def decode_predictions(preds, top=5, class_names=None):
     """Turns a batch of scores into the `top` classes per image, best first.
 
@@ -189,6 +194,7 @@ def decode_predictions(preds, top=5, class_names=None):
     return results
 
 
+@refuse_unknown_keywords
 def load_image(path, size=None):
     """Reads an image file as a uint8 RGB array (height, width, 3).
 

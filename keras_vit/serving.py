@@ -14,6 +14,7 @@ import zipfile
 
 import numpy as np
 
+from keras_vit._common import refuse_unknown_keywords
 from keras_vit.applications import decode_predictions, preprocess_input, resize_images
 from keras_vit.checkpoints import load_keras_model
 
@@ -251,16 +252,37 @@ def _read_metadata(path):
 
 
 def _keras_classifier(path):
+    import keras
     import tensorflow as tf
 
     model = float32_copy(load_keras_model(path))
     graph = ServingGraph(model)
-    serve = tf.function(graph.serving_function(resize=True), input_signature=[graph.input_spec(resize=True)])
+    if keras.backend.backend() == "tensorflow":
+        serve = tf.function(graph.serving_function(resize=True), input_signature=[graph.input_spec(resize=True)])
+
+        def run(images):
+            return {k: v.numpy() for k, v in serve(images).items()}
+    else:
+        run = _eager_serving(graph)
+    return Classifier(path, "keras", run, graph.image_size, model.class_names, fixed_size=False)
+
+
+def _eager_serving(graph):
+    """The serving function's steps for a model under JAX or torch, which a TensorFlow graph cannot
+    call: the same resize (TensorFlow's bilinear, on the pixels as NumPy) and scaling, then the
+    model's own logits, run eagerly by its backend."""
+    import keras
+    import tensorflow as tf
 
     def run(images):
-        return {k: v.numpy() for k, v in serve(images).items()}
+        x = tf.image.resize(tf.cast(images, tf.float32), graph.image_size, method="bilinear").numpy()
+        logits = graph.logits(preprocess_input(x, model=graph.model), training=False)
+        logits = keras.ops.convert_to_numpy(logits).astype(np.float32)
+        probabilities = keras.ops.convert_to_numpy(keras.ops.softmax(logits, axis=-1))
+        outputs = {"logits": logits, "probabilities": probabilities}
+        return {name: outputs[name] for name in graph.output_names}
 
-    return Classifier(path, "keras", run, graph.image_size, model.class_names, fixed_size=False)
+    return run
 
 
 def saved_model_classifier(path, metadata):
@@ -393,6 +415,7 @@ def model_format(path):
     )
 
 
+@refuse_unknown_keywords
 def load_classifier(path):
     """Loads a `.keras` file, a SavedModel folder, a `.tflite` or a `.onnx` file as a `Classifier`.
 
