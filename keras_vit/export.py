@@ -81,7 +81,15 @@ def _recipe_data(model_path):
         return None
     if not isinstance(config.get("data"), str):
         return None
-    return {"data": config["data"], "train_split": config.get("train_split", "train"),
+    data = config["data"]
+    try:  # a folder split by `keras-vit train` (FOLDER/<class>/*): the files it recorded, a CSV data spec
+        with open(metrics, encoding="utf-8") as f:
+            recorded = json.load(f).get("data_split")
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    if isinstance(recorded, str) and os.path.isfile(recorded):
+        data = recorded
+    return {"data": data, "train_split": config.get("train_split", "train"),
             "test_split": config.get("test_split", "test"), "metrics": metrics}
 
 
@@ -228,6 +236,11 @@ def _with_tflite_metadata(content, graph, quantize, sizes):
         input_description=(f"uint8 RGB images (N, {h}, {w}, 3), pixels 0-255 as decoded: feed them as they are "
                            f"(normalization mean 0, std 1); the graph scales them itself ({_scaling_text(model)})."),
         output_descriptions=descriptions)
+
+
+def _view_text(model, size):
+    crop = "" if model.crop_pct >= 1.0 else f"central {model.crop_pct:g} of the shorter side, "
+    return f"{crop}{model.interpolation} resize to {size[0]}x{size[1]} (antialiased when shrinking)"
 
 
 def _size_text(num_bytes):
@@ -625,9 +638,11 @@ def _metadata(model, source, format, quantize, graph, report, sizes, resize, ant
         "signatures": ({signature_name(i, size): [None, *size, 3] for i, size in enumerate(sizes)}
                        if format == "tflite" else {"serving_default": [None, None, None, 3]}),
         "resize": resizes,
-        "preprocessing": (("bilinear resize to %dx%d%s, " % (*image_size, " (antialiased when shrinking)"
-                                                              if antialias else "")
-                           if resizes else "") + _scaling_text(model)),
+        "preprocessing": (_view_text(model, image_size) + ", " if resizes else "") + _scaling_text(model),
+        # the model's view of an image of another size: in the graph when it resizes, else the caller's
+        # (keras-vit predict applies it before a .tflite file): keras_vit.images.model_view
+        "crop_pct": float(model.crop_pct),
+        "interpolation": model.interpolation,
         "outputs": graph.output_names,
         "classes": int(model.classes),
         "class_names": getattr(model, "class_names", None),

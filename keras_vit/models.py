@@ -10,6 +10,7 @@ from keras import ops
 
 from keras_vit._common import register as _register
 from keras_vit._common import to_pair as _pair
+from keras_vit.images import view_policy
 from keras_vit.layers import ImageSizeCheck, PatchEncoder, TransformerBlock, grid_size
 from keras_vit.presets import PRESETS, VARIANTS, canonical_variant  # noqa: F401 (VARIANTS is public here)
 from keras_vit.stem import ROOTS, check_first_stride, check_norm, resnet_stem, stem_stride
@@ -186,6 +187,11 @@ class VisionTransformer(keras.Model):
             the [0, 1] pixel scale, that the model's inputs were normalized with:
             x = (pixels / 255 - mean) / std. The default 0.5 is the official [-1, 1]
             scaling; `preprocess_input(x, model=model)` and exports use the model's values.
+        crop_pct, interpolation: how an image of any size becomes the model's input at evaluation
+            (`keras_vit.images.model_view`, used by training's evaluation, predict, fewshot,
+            visualize and every export's graph): the central `crop_pct` of the shorter side
+            (1.0: the whole image, the paper's plain resize), resized "bilinear" or "bicubic",
+            antialiased. A timm checkpoint's own `crop_pct` and `interpolation` are read with it.
 
     Example:
     >>> model = VisionTransformer(image_size=32, patch_size=4, hidden_size=64, num_layers=2,
@@ -227,6 +233,8 @@ class VisionTransformer(keras.Model):
         fc_norm=False,
         pixel_mean=(0.5, 0.5, 0.5),
         pixel_std=(0.5, 0.5, 0.5),
+        crop_pct=1.0,
+        interpolation="bilinear",
         **kwargs,
     ):
         args = _check_arguments(dict(
@@ -237,7 +245,8 @@ class VisionTransformer(keras.Model):
             classifier_activation=classifier_activation, pooling=pooling, approximate_gelu=approximate_gelu,
             channels=channels, class_names=class_names, attention_implementation=attention_implementation,
             variant=variant, dynamic_image_size=dynamic_image_size, posemb_resample=posemb_resample,
-            layer_norm_epsilon=layer_norm_epsilon, fc_norm=fc_norm, pixel_mean=pixel_mean, pixel_std=pixel_std))
+            layer_norm_epsilon=layer_norm_epsilon, fc_norm=fc_norm, pixel_mean=pixel_mean, pixel_std=pixel_std,
+            crop_pct=crop_pct, interpolation=interpolation))
         inputs, x, args["channels"] = _model_input(input_tensor, args)
         stages = {"images": inputs}  # the feature API's cut points (see `stage_model`)
         x = _encoder(x, args, stages)
@@ -375,6 +384,8 @@ class VisionTransformer(keras.Model):
             "fc_norm": self.fc_norm,
             "pixel_mean": self.pixel_mean,
             "pixel_std": self.pixel_std,
+            "crop_pct": self.crop_pct,
+            "interpolation": self.interpolation,
         }
 
     @classmethod
@@ -398,6 +409,7 @@ def _check_arguments(args):
     a["pixel_mean"], a["pixel_std"] = _pixel_stats(a["pixel_mean"], "pixel_mean"), _pixel_stats(a["pixel_std"], "pixel_std")
     if min(a["pixel_std"]) <= 0:
         raise ValueError(f"pixel_std must be positive, got {a['pixel_std']}.")
+    a["crop_pct"], a["interpolation"] = view_policy(crop_pct=a["crop_pct"], interpolation=a["interpolation"])
     if a["class_names"] is not None:
         a["class_names"] = [str(c) for c in a["class_names"]]
         if not a["include_top"] or len(a["class_names"]) != a["classes"]:
