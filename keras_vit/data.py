@@ -500,7 +500,7 @@ def training_splits(spec, *, train_split="train", test_split="test", seed=0, tes
     recorded = _read_record(record, settings, strict) if record and os.path.isfile(record) else None
     if recorded is not None:
         train, validation, test = recorded
-        _note_unrecorded(spec, (train_split, test_split), (train, validation, test), record)
+        _note_unrecorded(spec, (train_split, test_split), record)
     else:
         splits = file_splits(spec, (train_split, test_split), seed=seed, test_fraction=test_fraction, strict=strict)
         train, test, validation = splits[train_split], splits[test_split], splits.get("validation")
@@ -512,7 +512,7 @@ def training_splits(spec, *, train_split="train", test_split="test", seed=0, tes
                          len(validation), validation_split)
         elif validation_split:
             train, validation = stratified_split(train, validation_split, seed=seed)
-    if record and write_record:
+    if record and write_record and recorded is None:
         lines = [_RECORD_HEAD + json.dumps({**settings, "class_names": train.class_names}) + "\n"]
         lines += [f"# skipped: {name}\t{reason}\n" for name, reason in train.skipped]
         with atomic_path(record, suffix=".csv") as tmp:
@@ -559,13 +559,14 @@ def _read_record(record, settings, strict):
     return tuple(splits)
 
 
-def _note_unrecorded(spec, names, splits, record):
+def _note_unrecorded(spec, names, record):
     """One line when the data holds images that the recorded split does not (added since it was made)."""
     try:
         _, listed, _ = _listing(spec, names)
+        recorded, _ = _csv_listing(record, names)
     except ValueError:
         return
-    known = {os.path.abspath(n) for split in splits if split is not None for n in split.files.names}
+    known = {os.path.abspath(row[0]) for group in recorded.values() for row in group}
     with open(record, encoding="utf-8") as f:  # files the first run skipped are not new either
         known |= {os.path.abspath(line[len("# skipped: "):].split("\t", 1)[0]) for line in f
                   if line.startswith("# skipped: ")}

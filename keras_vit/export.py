@@ -256,12 +256,23 @@ def _scaling_text(model):
     return f"(x / 255 - mean) / std, mean {list(mean)}, std {list(std)}"
 
 
-def _reference(graph, images, batch_size=64):
-    """The Keras model's outputs on uint8 images (at a size it takes): the parity reference."""
+def _reference(graph, images, batch_size=64, view=False):
+    """The Keras model's outputs on uint8 images (at a size it takes): the parity reference. With `view`,
+    the images first become the model's view of them (its crop_pct and interpolation), as an export
+    that resizes in its graph sees them: computed here with TensorFlow's own resize op, so the graph's
+    weight matrices are checked too."""
     import tensorflow as tf
 
-    run = tf.function(lambda x: graph(preprocess_input(x, model=graph.model)),
-                      input_signature=[graph.input_spec(resize=False, size=images.shape[1:3])])
+    from keras_vit.images import model_view, view_policy
+
+    crop_pct, interpolation = view_policy(graph.model)
+
+    def run(x):
+        if view:
+            x = model_view(x, graph.image_size, crop_pct, interpolation)
+        return graph(preprocess_input(x, model=graph.model))
+
+    run = tf.function(run, input_signature=[graph.input_spec(resize=False, size=images.shape[1:3])])
     outputs = [run(tf.constant(images[i:i + batch_size])) for i in range(0, len(images), batch_size)]
     return {k: np.concatenate([o[k].numpy() for o in outputs]) for k in outputs[0]}
 
@@ -447,7 +458,8 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
             run = exported[i] if format == "tflite" else exported[0]
             log.info("checking parity against Keras on %d images from %s%s", len(images), sample_source,
                      "" if len(sizes) == 1 else f" at {size[0]}x{size[1]}")
-            reports[size] = _check_parity(graph, run, images, labels, kind, quantize, format, model.name, path)
+            reports[size] = _check_parity(graph, run, images, labels, kind, quantize, format, model.name, path,
+                                          view=format != "tflite" and resize)
         report = dict(reports[sizes[0]], sample_source=sample_source)
         metadata = _metadata(model, source, format, quantize, graph, report, sizes, resize, antialias)
         if format == "onnx":
@@ -595,9 +607,9 @@ def _write_export(graph, tmp, path, format, quantize, calibration, calibration_s
             for i, size in enumerate(sizes)]
 
 
-def _check_parity(graph, exported, images, labels, kind, quantize, format, name, path):
+def _check_parity(graph, exported, images, labels, kind, quantize, format, name, path, view=False):
     """Runs the export and the Keras model on `images`; the parity report, or a refusal."""
-    reference = _reference(graph, images)
+    reference = _reference(graph, images, view=view)
     try:
         outputs = exported(images)
     except Exception as e:

@@ -58,10 +58,11 @@ def imbalance_warning(counts):
 
 def balanced_class_weights(labels, num_classes):
     """{class index: n / (classes x count)}, scikit-learn's "balanced" weights: each class weighs as much
-    in the loss as every other. A class with no training images gets weight 0."""
+    in the loss as every other, and the weights of all n images still sum to n. A class with no
+    training images gets weight 0 (and is not counted among the classes)."""
     counts = np.bincount(np.asarray(labels, np.int64), minlength=num_classes)
-    total = counts.sum()
-    return {i: (float(total / (num_classes * c)) if c else 0.0) for i, c in enumerate(counts)}
+    total, present = counts.sum(), int(np.count_nonzero(counts))
+    return {i: (float(total / (present * c)) if c else 0.0) for i, c in enumerate(counts)}
 
 
 def _predict(model, dataset, replicas=1):
