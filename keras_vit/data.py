@@ -268,7 +268,7 @@ def _folder_listing(root, splits):
             key = _split_key(name, splits)
             if key is not None:
                 groups[key] = os.path.join(root, name)
-    elif splits[0] in subdirs and not any(e.is_dir() for e in os.scandir(first)) and len(subdirs) == 1:
+    elif splits[0] in subdirs and not list_images(first, recursive=False)[0]:  # a split folder, empty
         raise ValueError(f"{first} has no class folders; expected {first}/<class>/<image files>.")
     else:
         if not subdirs:
@@ -1059,7 +1059,8 @@ def _dataset_images(source, labelled, max_images, what):
 
 
 __all__ = [
-    "Split", "from_arrays", "stratified_split", "load_digits", "load_image_folder", "load_image_archive",
+    "Split", "ImageFiles", "file_splits", "training_splits", "SPLIT_RECORD", "from_arrays", "stratified_split",
+    "load_digits", "load_image_folder", "load_image_archive",
     "load_tfds", "data_source", "load_data", "load_image_set", "make_dataset", "to_model_range", "inception_crop",
     "pad_crop", "center_resize",
 ]

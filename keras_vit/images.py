@@ -50,6 +50,7 @@ class ImageInfo(NamedTuple):
     orientation: int = 1
     decoder: int = DECODE_TF
     problem: str = None
+    mode: str = ""  # what becomes RGB: "grayscale", "grayscale+alpha", "RGBA", "CMYK", "16-bit ..."; "" for RGB
 
     @property
     def upright_size(self):
@@ -145,8 +146,8 @@ def _jpeg(r):
             if segment.startswith(b"Exif\0\0"):
                 orientation = _exif_orientation(segment[6:])
         elif marker in _JPEG_FRAMES:
-            _, height, width, _ = struct.unpack(">BHHB", r.need(pos + 4, 6, "JPEG frame header"))
-            frame = (width, height)
+            _, height, width, components = struct.unpack(">BHHB", r.need(pos + 4, 6, "JPEG frame header"))
+            frame = (width, height, {1: "grayscale", 4: "CMYK"}.get(components, ""))
         elif marker == 0xDA:
             break
         pos += 2 + length
@@ -154,14 +155,18 @@ def _jpeg(r):
         raise _Bad("JPEG without a frame header")
     # A complete JPEG ends with its end-of-image marker (a few writers pad after it).
     complete = b"\xff\xd9" in r.at(max(r.size - 64, 0), 64)
-    return "jpeg", frame[0], frame[1], orientation, DECODE_TF, complete
+    return "jpeg", frame[0], frame[1], orientation, DECODE_TF, complete, frame[2]
+
+
+_PNG_MODES = {0: "grayscale", 4: "grayscale+alpha", 6: "RGBA"}
 
 
 def _png(r):
     ihdr = r.need(8, 25, "PNG header")
     if ihdr[4:8] != b"IHDR":
         raise _Bad("PNG without an IHDR chunk")
-    width, height = struct.unpack(">II", ihdr[8:16])
+    width, height, depth, colour = struct.unpack(">IIBB", ihdr[8:18])
+    mode = " ".join(m for m in ("16-bit" if depth == 16 else "", _PNG_MODES.get(colour, "")) if m)
     orientation, pos = 1, 8
     while pos + 8 <= r.size:  # eXIf counts before the image data, as browsers read it
         length, kind = struct.unpack(">I4s", r.need(pos, 8, "PNG chunk"))
@@ -171,13 +176,13 @@ def _png(r):
             orientation = _exif_orientation(r.at(pos + 8, length))
         pos += 12 + length
     complete = r.at(max(r.size - 12, 0), 12)[4:8] == b"IEND"
-    return "png", width, height, orientation, DECODE_TF, complete
+    return "png", width, height, orientation, DECODE_TF, complete, mode
 
 
 def _gif(r):
     width, height = struct.unpack("<HH", r.need(6, 4, "GIF header"))
     complete = r.at(max(r.size - 16, 0), 16).rstrip(b"\0").endswith(b";")
-    return "gif", width, height, 1, DECODE_TF, complete
+    return "gif", width, height, 1, DECODE_TF, complete, ""
 
 
 def _bmp(r):
@@ -192,7 +197,7 @@ def _bmp(r):
     # TensorFlow reads 24- and 32-bit uncompressed BMPs; it misreads palettes (1-8 bits) as grey levels.
     decoder = DECODE_TF if bits in (24, 32) and compression == 0 else DECODE_PILLOW
     complete = compression != 0 or offset + ((width * bits + 31) // 32) * 4 * height <= r.size
-    return "bmp", width, height, 1, decoder, complete
+    return "bmp", width, height, 1, decoder, complete, "RGBA" if bits == 32 else ""
 
 
 def _webp(r):
@@ -225,7 +230,7 @@ def _webp(r):
             pos += 8 + length + (length & 1)
     else:
         raise _Bad(f"WebP of an unknown kind {kind!r}")
-    return "webp", width, height, orientation, decoder, riff_size + 8 <= r.size
+    return "webp", width, height, orientation, decoder, riff_size + 8 <= r.size, ""
 
 
 _FORMATS = ((b"\xff\xd8\xff", _jpeg), (b"\x89PNG\r\n\x1a\n", _png), (b"GIF87a", _gif), (b"GIF89a", _gif),
@@ -266,7 +271,7 @@ def inspect(source, verify=True):
         return ImageInfo("", 0, 0, problem=str(e))
     except (OSError, struct.error) as e:
         return ImageInfo("", 0, 0, problem=getattr(e, "strerror", None) or str(e))
-    format, width, height, orientation, decoder, complete = info
+    format, width, height, orientation, decoder, complete, mode = info
     if width < 1 or height < 1:
         return ImageInfo(format, width, height, problem=f"{format.upper()} header says {width}x{height} pixels")
     limit = max_image_pixels()
@@ -274,7 +279,7 @@ def inspect(source, verify=True):
         return ImageInfo(format, width, height, orientation, decoder, problem=(
             f"decompression bomb: its {format.upper()} header claims {width}x{height} = {width * height:,} pixels, "
             f"over the limit of {limit:,} (${MAX_PIXELS_ENV} raises it); not decoded"))
-    info = ImageInfo(format, width, height, orientation, decoder)
+    info = ImageInfo(format, width, height, orientation, decoder, mode=mode)
     if not complete and verify:
         try:
             decode_eager(_read_bytes(source), info)
@@ -409,9 +414,13 @@ def read_image(source, name=None):
     info = inspect(source, verify=False)
     check(info, name)
     try:
-        return decode_eager(_read_bytes(source), info)
+        image = decode_eager(_read_bytes(source), info)
     except ValueError as e:
         raise ValueError(f"{name} is not an image that can be read: {e}") from None
+    if info.mode:
+        dropped = " (alpha dropped)" if "alpha" in info.mode or "RGBA" in info.mode else ""
+        log.info("%s: converted %s to RGB%s", name, info.mode, dropped)
+    return image
 
 
 def list_images(folder, recursive=True):

@@ -65,17 +65,14 @@ def balanced_class_weights(labels, num_classes):
     return {i: (float(total / (present * c)) if c else 0.0) for i, c in enumerate(counts)}
 
 
-def _predict(model, dataset, replicas=1):
-    """(probabilities (N, C), labels, indices) over an evaluation dataset made `with_index`: its batches
-    padded to a multiple of `replicas` (a Keras distribution splits every batch evenly)."""
+def _predict(model, dataset):
+    """(probabilities (N, C), labels, indices) over an evaluation dataset made `with_index`. The model is
+    called here, in this process alone (a distributed predict would wait for the other workers)."""
+    import keras
+
     probabilities, labels, indices = [], [], []
     for images, onehot, index in dataset:
-        images = np.asarray(images)
-        n = len(images)
-        extra = (-n) % replicas
-        if extra:
-            images = np.concatenate([images, np.zeros((extra, *images.shape[1:]), images.dtype)])
-        logits = np.asarray(model.predict_on_batch(images), np.float64)[:n]
+        logits = np.asarray(keras.ops.convert_to_numpy(model(np.asarray(images), training=False)), np.float64)
         logits -= logits.max(axis=1, keepdims=True)
         p = np.exp(logits)
         probabilities.append(p / p.sum(axis=1, keepdims=True))
@@ -91,12 +88,12 @@ def confusion_matrix(labels, predictions, num_classes):
     return matrix
 
 
-def end_of_run_report(model, split, dataset, out_dir, replicas=1):
+def end_of_run_report(model, split, dataset, out_dir):
     """Per-class accuracy, the confusion matrix and the worst-classified images of `split` (the test
     split) from `dataset` (its `make_dataset(..., with_index=True)` pipeline). Writes
     confusion_matrix.csv, confusion_matrix.png (with matplotlib) and worst_test_images.csv into
     `out_dir`, logs a summary, and returns what metrics.json keeps."""
-    probabilities, labels, indices = _predict(model, dataset, replicas)
+    probabilities, labels, indices = _predict(model, dataset)
     classes = list(split.class_names)
     predicted = probabilities.argmax(axis=1)
     matrix = confusion_matrix(labels, predicted, len(classes))

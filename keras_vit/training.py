@@ -828,8 +828,7 @@ def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, pr
     if is_chief:  # per class, the confusion matrix, the worst images: files beside the model
         details = report.end_of_run_report(
             model, test_split, data_lib.make_dataset(test_split, config["image_size"], batch, training=False,
-                                                     with_index=True, **eval_kw),
-            out_dir, strategy.num_replicas_in_sync if padded else 1)
+                                                     with_index=True, **eval_kw), out_dir)
     metrics = {
         "epochs_completed": counter.epochs_completed,
         "resumed_at_epoch": counter.first_epoch or 0,
