@@ -59,6 +59,9 @@ def official_key(path, layout="released"):
         raise ValueError(f"The variable {path!r} belongs to a BatchNorm stem (resnet norm='batch'), which the "
                          "official checkpoint layout has no place for (BiT's stem is GroupNorm): save the model "
                          "as .keras or .weights.h5 instead.")
+    if parts[-1] == "dist_token" or parts[0] == "head_dist":
+        raise ValueError(f"The variable {path!r} belongs to a distilled (DeiT) model, which the official checkpoint "
+                         "layout has no place for: save the model as .keras or .weights.h5 instead.")
     leaf = _PARAM.get(parts[-1], parts[-1])
     head = parts[0]
     names = _BLOCK_NAMES[layout]

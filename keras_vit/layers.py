@@ -137,13 +137,16 @@ class ImageSizeCheck(keras.layers.Layer):
 
 @_register
 class PatchEncoder(keras.layers.Layer):
-    """Linear patch projection, optional class token, learnable 1-D position embeddings.
+    """Linear patch projection, optional class and distillation tokens, learnable 1-D position embeddings.
 
     The projection is a convolution whose kernel and stride are the patch size, as the
     official `embedding`; its kernel has the conv layout (ph, pw, C, hidden_size).
     The class token starts at zero, position embeddings (1, prefix + N, hidden_size)
     from N(0, 0.02). After `build`, `grid_size` holds the patch grid (gh, gw) the position
     embeddings are stored at: the input's, or `posemb_grid` when given.
+    `distillation_token=True` (DeiT, Touvron et al., 2021) adds a second learned token after the
+    class token, timm's layout: tokens [cls, dist, patches], position embeddings over all of them
+    (weight "dist_token", timm's name; from N(0, 0.02) as timm initializes it).
 
     Inputs of another size (a model with `dynamic_image_size=True` takes any multiple of
     the patch size) get the stored embeddings resampled to their own grid inside the
@@ -160,12 +163,15 @@ class PatchEncoder(keras.layers.Layer):
     """
 
     def __init__(self, hidden_size, patch_size=16, class_token=True, posemb_grid=None, posemb_resample="official",
-                 **kwargs):
+                 distillation_token=False, **kwargs):
         super().__init__(**kwargs)
         self.hidden_size = int(hidden_size)
         self.patch_size = _pair(patch_size, "patch_size")
         self.class_token = bool(class_token)
-        self.num_prefix_tokens = int(self.class_token)
+        self.distillation_token = bool(distillation_token)
+        if self.distillation_token and not self.class_token:
+            raise ValueError("distillation_token=True needs class_token=True: DeiT's tokens are [cls, dist, patches].")
+        self.num_prefix_tokens = int(self.class_token) + int(self.distillation_token)
         self.posemb_grid = None if posemb_grid is None else _pair(posemb_grid, "posemb_grid")
         if posemb_resample not in interpolation.METHODS:
             raise ValueError(f"Unknown posemb_resample {posemb_resample!r}; use one of {interpolation.METHODS}.")
@@ -195,6 +201,10 @@ class PatchEncoder(keras.layers.Layer):
         self.projection.build(tuple(input_shape))
         if self.class_token:
             self.cls = self.add_weight(shape=(1, 1, self.hidden_size), initializer="zeros", name="cls")
+        if self.distillation_token:
+            self.dist_token = self.add_weight(shape=(1, 1, self.hidden_size),
+                                              initializer=keras.initializers.RandomNormal(stddev=0.02),
+                                              name="dist_token")
         num_tokens = self.num_prefix_tokens + self.grid_size[0] * self.grid_size[1]
         self.position_embedding = self.add_weight(
             shape=(1, num_tokens, self.hidden_size),
@@ -243,8 +253,9 @@ class PatchEncoder(keras.layers.Layer):
             grid = (ops.shape(x)[1], ops.shape(x)[2])
         x = ops.reshape(x, (ops.shape(x)[0], -1, self.hidden_size))
         if self.class_token:
-            cls = ops.broadcast_to(ops.cast(self.cls, x.dtype), (ops.shape(x)[0], 1, self.hidden_size))
-            x = ops.concatenate([cls, x], axis=1)
+            prefix = [self.cls] + ([self.dist_token] if self.distillation_token else [])
+            prefix = [ops.broadcast_to(ops.cast(t, x.dtype), (ops.shape(x)[0], 1, self.hidden_size)) for t in prefix]
+            x = ops.concatenate(prefix + [x], axis=1)
         return x + ops.cast(self.position_embeddings_for(grid), x.dtype)
 
     def get_config(self):
@@ -255,6 +266,7 @@ class PatchEncoder(keras.layers.Layer):
             "class_token": self.class_token,
             "posemb_grid": self.posemb_grid,
             "posemb_resample": self.posemb_resample,
+            "distillation_token": self.distillation_token,
         }
 
 

@@ -81,6 +81,9 @@ class _Stages:
                 raise ValueError(f"{owner.name!r} has no {point!r} (include_top={owner.include_top}).")
         if self.ORDER.index(start) >= self.ORDER.index(end):
             raise ValueError(f"{start!r} does not come before {end!r}; the order is {self.ORDER}.")
+        if getattr(owner, "distillation", False) and start == "pre_logits" and end == "logits":
+            raise ValueError(f"{owner.name!r} is distilled: its logits average two heads on two tokens, not one "
+                             "head on 'pre_logits' (their mean); start from 'features'.")
         if (start, end) not in self.models:
             self.models[start, end] = keras.Model(
                 self.tensors[start], self.tensors[end], name=f"{owner.name}_{start}_to_{end}")
@@ -133,8 +136,10 @@ class VisionTransformer(keras.Model):
     Args:
         image_size: int or (height, width) of the input images.
         patch_size: int or (ph, pw); for hybrids, the patch size on the stem's feature map.
-        hidden_size, num_layers, num_heads, mlp_dim: the Transformer's width, depth, heads
-            and MLP width.
+        hidden_size: the Transformer's width (each token's size).
+        num_layers: its depth, the number of Transformer blocks.
+        num_heads: the attention heads of each block.
+        mlp_dim: the hidden width of each block's MLP.
         classes: the head's width.
         include_top: with the head (logits) or without (the pooled representation).
         classifier: "token" (a class token, read out at position 0) or "gap" (no class
@@ -149,8 +154,8 @@ class VisionTransformer(keras.Model):
             `first_stride=2` gives the first stage stride 2 (BiT's has 1), so after a "small"
             root only the root conv runs at full resolution (the official layout cannot
             hold it either).
-        dropout_rate, attention_dropout_rate: dropout after the position embeddings and in
-            the MLP / on the attention probabilities.
+        dropout_rate: dropout after the position embeddings and in the MLP.
+        attention_dropout_rate: dropout on the attention probabilities.
         drop_path_rate: stochastic depth of the last block; it grows linearly from 0 over
             the blocks.
         classifier_activation: activation on the head, e.g. "softmax"; None gives logits.
@@ -183,15 +188,26 @@ class VisionTransformer(keras.Model):
         fc_norm: False (the paper): the last LayerNorm ("encoder_norm") normalizes every
             token before pooling; True: it normalizes the pooled features instead
             ("fc_norm", timm's placement for average-pooled models).
-        pixel_mean, pixel_std: the per-channel (R, G, B) mean and standard deviation, on
-            the [0, 1] pixel scale, that the model's inputs were normalized with:
-            x = (pixels / 255 - mean) / std. The default 0.5 is the official [-1, 1]
-            scaling; `preprocess_input(x, model=model)` and exports use the model's values.
-        crop_pct, interpolation: how an image of any size becomes the model's input at evaluation
+        pixel_mean: the per-channel (R, G, B) mean, on the [0, 1] pixel scale, that the
+            model's inputs were normalized with: x = (pixels / 255 - mean) / std. The default
+            0.5 (with `pixel_std` 0.5) is the official [-1, 1] scaling;
+            `preprocess_input(x, model=model)` and exports use the model's values.
+        pixel_std: the per-channel standard deviation of that normalization (default 0.5).
+        distillation: DeiT's distillation token (Touvron et al., 2021), timm's layout: a
+            second learned token after the class token ([cls, dist, patches], position
+            embeddings over all three kinds), a second head "head_dist" on it beside "head"
+            on the class token; the model's logits are the mean of the two heads (DeiT's
+            inference), its pooled representation the mean of the two tokens (timm's).
+            Needs classifier="token", no representation_size, no fc_norm. Training the two
+            heads apart (the class head on labels, the distillation head on a teacher's):
+            `keras_vit.distill`.
+        crop_pct: how an image of any size becomes the model's input at evaluation
             (`keras_vit.images.model_view`, used by training's evaluation, predict, fewshot,
-            visualize and every export's graph): the central `crop_pct` of the shorter side
-            (1.0: the whole image, the paper's plain resize), resized "bilinear" or "bicubic",
-            antialiased. A timm checkpoint's own `crop_pct` and `interpolation` are read with it.
+            visualize and every export's graph): the central `crop_pct` of the shorter side,
+            resized to the model's size (1.0, the default: the whole image, the paper's plain
+            resize). A timm checkpoint's own `crop_pct` is read with it.
+        interpolation: the resize of that view, "bilinear" (default) or "bicubic", antialiased
+            when shrinking; a timm checkpoint's own `interpolation` is read with it.
 
     Example:
     >>> model = VisionTransformer(image_size=32, patch_size=4, hidden_size=64, num_layers=2,
@@ -233,6 +249,7 @@ class VisionTransformer(keras.Model):
         fc_norm=False,
         pixel_mean=(0.5, 0.5, 0.5),
         pixel_std=(0.5, 0.5, 0.5),
+        distillation=False,
         crop_pct=1.0,
         interpolation="bilinear",
         **kwargs,
@@ -246,7 +263,7 @@ class VisionTransformer(keras.Model):
             channels=channels, class_names=class_names, attention_implementation=attention_implementation,
             variant=variant, dynamic_image_size=dynamic_image_size, posemb_resample=posemb_resample,
             layer_norm_epsilon=layer_norm_epsilon, fc_norm=fc_norm, pixel_mean=pixel_mean, pixel_std=pixel_std,
-            crop_pct=crop_pct, interpolation=interpolation))
+            distillation=distillation, crop_pct=crop_pct, interpolation=interpolation))
         inputs, x, args["channels"] = _model_input(input_tensor, args)
         stages = {"images": inputs}  # the feature API's cut points (see `stage_model`)
         x = _encoder(x, args, stages)
@@ -288,7 +305,7 @@ class VisionTransformer(keras.Model):
 
     @property
     def num_prefix_tokens(self):
-        return int(self.classifier == "token")
+        return int(self.classifier == "token") + int(self.distillation)
 
     # -- the feature API: what export, visualize and fine-tuning code ask the model for ---------
     # Cut points of the graph, in order: "images" -> [stem, patch encoder, dropout] ->
@@ -349,8 +366,9 @@ class VisionTransformer(keras.Model):
             out["attention"] = attention
         out["features"] = self.stage_model("encoded", "features")(x, training=training)
         out["pre_logits"] = self.stage_model("features", "pre_logits")(out["features"], training=training)
-        if self.include_top:
-            out["logits"] = self.stage_model("pre_logits", "logits")(out["pre_logits"], training=training)
+        if self.include_top:  # a distilled model's heads read two tokens, not the pooled mean
+            start = "features" if self.distillation else "pre_logits"
+            out["logits"] = self.stage_model(start, "logits")(out[start], training=training)
         return out
 
     def get_config(self):
@@ -384,6 +402,7 @@ class VisionTransformer(keras.Model):
             "fc_norm": self.fc_norm,
             "pixel_mean": self.pixel_mean,
             "pixel_std": self.pixel_std,
+            "distillation": self.distillation,
             "crop_pct": self.crop_pct,
             "interpolation": self.interpolation,
         }
@@ -433,8 +452,18 @@ def _check_arguments(args):
         a[what] = float(a[what])
     for what in ("hidden_size", "num_layers", "num_heads", "mlp_dim"):
         a[what] = int(a[what])
-    for what in ("include_top", "approximate_gelu", "fc_norm"):
+    for what in ("include_top", "approximate_gelu", "fc_norm", "distillation"):
         a[what] = bool(a[what])
+    if a["distillation"]:
+        clash = [f"{k}={a[k]!r}" for k, ok in (("classifier", classifier == "token"),
+                                              ("representation_size", a["representation_size"] is None),
+                                              ("fc_norm", not a["fc_norm"])) if not ok]
+        if a["include_top"] and pooling not in (None, "token"):
+            clash.append(f"pooling={pooling!r} with include_top=True (the two heads read the two tokens)")
+        if clash:
+            raise ValueError(f"distillation=True (DeiT: class and distillation tokens, one head on each) does not "
+                             f"go with {', '.join(clash)}; use classifier='token', representation_size=None, "
+                             "fc_norm=False.")
     a["layer_norm_epsilon"] = float(a["layer_norm_epsilon"])
     image_size, patch_size, resnet = a["image_size"], a["patch_size"], a["resnet"]
     if resnet is None:
@@ -497,7 +526,8 @@ def _encoder(x, a, stages):
         x = resnet_stem(x, **a["resnet"])
     grid = (a["image_size"][0] // effective[0], a["image_size"][1] // effective[1])
     x = PatchEncoder(a["hidden_size"], a["patch_size"], class_token=a["classifier"] == "token", posemb_grid=grid,
-                     posemb_resample=a["posemb_resample"], name="patch_encoder")(x)
+                     posemb_resample=a["posemb_resample"], distillation_token=a["distillation"],
+                     name="patch_encoder")(x)
     x = keras.layers.Dropout(a["dropout_rate"], name="encoder_dropout")(x)
     stages["embedded"] = x
     num_layers = a["num_layers"]
@@ -523,8 +553,11 @@ def _encoder(x, a, stages):
 def _pool_and_head(x, a, stages):
     """Tokens -> pooled representation -> [fc_norm] -> [pre-logits] -> [head -> activation]."""
     pool = a["pooling"] or a["classifier"]
-    prefix = int(a["classifier"] == "token")
-    if pool == "token":
+    prefix = int(a["classifier"] == "token") + int(a["distillation"])
+    tokens = x
+    if pool == "token" and a["distillation"]:
+        x = (x[:, 0] + x[:, 1]) * 0.5  # timm's pooled output of a distilled DeiT
+    elif pool == "token":
         x = x[:, 0]
     elif pool in ("gap", "avg"):
         x = ops.mean(x[:, prefix:] if prefix else x, axis=1)
@@ -538,8 +571,14 @@ def _pool_and_head(x, a, stages):
     if a["include_top"]:
         mixed = keras.mixed_precision.global_policy().compute_dtype != "float32"
         head_dtype = "float32" if mixed else None
-        x = keras.layers.Dense(a["classes"], kernel_initializer="zeros", bias_initializer="zeros", name="head",
-                               dtype=head_dtype)(x)
+        head = keras.layers.Dense(a["classes"], kernel_initializer="zeros", bias_initializer="zeros", name="head",
+                                  dtype=head_dtype)
+        if a["distillation"]:
+            head_dist = keras.layers.Dense(a["classes"], kernel_initializer="zeros", bias_initializer="zeros",
+                                           name="head_dist", dtype=head_dtype)
+            x = (head(tokens[:, 0]) + head_dist(tokens[:, 1])) * 0.5  # DeiT's inference: the two heads averaged
+        else:
+            x = head(x)
         stages["logits"] = x
         if a["classifier_activation"] is not None:
             x = keras.layers.Activation(a["classifier_activation"], name="predictions", dtype=head_dtype)(x)

@@ -6,7 +6,9 @@ the position embeddings when the grids differ; `with_image_size` builds on it.
 "official" reproduces the official fine-tuning code (`vit_jax/checkpoint.py`):
 `scipy.ndimage.zoom(grid, (new_h / old_h, new_w / old_w, 1), order=1)`, a bilinear
 interpolation whose sample points align the grid's corners. "bilinear" and "bicubic"
-sample at half-pixel centres, as `tf.image.resize` and timm do.
+sample at half-pixel centres, as `tf.image.resize` does; "torch_bicubic_antialias" is timm's
+resampling and "torch_bicubic" transformers' (see `keras_vit.interpolation`, which holds the
+weights of every method).
 """
 
 import logging
@@ -15,67 +17,9 @@ import math
 import numpy as np
 
 from keras_vit._common import format_keys, to_pair
-
-METHODS = ("official", "bilinear", "bicubic")
+from keras_vit.interpolation import METHODS, resample_grid_numpy, resampling_matrix
 
 log = logging.getLogger("keras_vit")
-
-
-def _corner_aligned_weights(n_in, n_out):
-    """(n_out, n_in) linear-interpolation weights sampling at i * (n_in - 1) / (n_out - 1)."""
-    step = (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
-    src = np.arange(n_out, dtype=np.float64) * step
-    lo = np.clip(np.floor(src).astype(int), 0, n_in - 1)
-    hi = np.minimum(lo + 1, n_in - 1)
-    frac = src - lo
-    weights = np.zeros((n_out, n_in))
-    np.add.at(weights, (np.arange(n_out), lo), 1.0 - frac)
-    np.add.at(weights, (np.arange(n_out), hi), frac)
-    return weights
-
-
-def _cubic(t, a=-0.5):
-    """Keys' cubic convolution kernel (a = -0.5, as tf.image.resize)."""
-    t = np.abs(t)
-    return np.where(
-        t <= 1,
-        ((a + 2) * t - (a + 3)) * t * t + 1,
-        np.where(t < 2, ((a * t - 5 * a) * t + 8 * a) * t - 4 * a, 0.0),
-    )
-
-
-def _half_pixel_weights(n_in, n_out, method):
-    """(n_out, n_in) weights sampling at (i + 0.5) * n_in / n_out - 0.5, edges clamped."""
-    src = (np.arange(n_out, dtype=np.float64) + 0.5) * (n_in / n_out) - 0.5
-    weights = np.zeros((n_out, n_in))
-    rows = np.arange(n_out)
-    if method == "bilinear":
-        src = np.clip(src, 0, n_in - 1)
-        lo = np.floor(src).astype(int)
-        hi = np.minimum(lo + 1, n_in - 1)
-        frac = src - lo
-        np.add.at(weights, (rows, lo), 1.0 - frac)
-        np.add.at(weights, (rows, hi), frac)
-    else:
-        # Taps outside the grid get no weight and the rest are renormalized, as
-        # jax.image.resize and tf.image.resize(antialias=True) do.
-        base = np.floor(src).astype(int)
-        for offset in (-1, 0, 1, 2):
-            idx = base + offset
-            inside = (idx >= 0) & (idx < n_in)
-            np.add.at(weights, (rows[inside], idx[inside]), _cubic(src - idx)[inside])
-        weights /= weights.sum(axis=1, keepdims=True)
-    return weights
-
-
-def _resample_grid(grid, new_grid, method):
-    """Resamples a (gh, gw, D) array to (new_gh, new_gw, D), separably, in float64."""
-    make = _corner_aligned_weights if method == "official" else (
-        lambda n_in, n_out: _half_pixel_weights(n_in, n_out, method))
-    rows = make(grid.shape[0], new_grid[0])
-    cols = make(grid.shape[1], new_grid[1])
-    out = np.einsum("ih,hwd->iwd", rows, grid.astype(np.float64))
-    return np.einsum("jw,iwd->ijd", cols, out)
 
 
 def infer_grid(num_patches, like=None):
@@ -113,7 +57,9 @@ def resample_position_embeddings(posemb, new_grid, *, old_grid=None, num_prefix_
         old_grid: (rows, cols) of the stored grid; inferred when it is square.
         num_prefix_tokens: leading embeddings that are not on the grid (the class token).
         method: "official" (corner-aligned bilinear, as scipy.ndimage.zoom(order=1)),
-            "bilinear" or "bicubic" (half-pixel centres).
+            "bilinear" or "bicubic" (half-pixel centres, as tf.image.resize),
+            "torch_bicubic_antialias" (timm's resample_abs_pos_embed) or "torch_bicubic"
+            (transformers' interpolate_pos_encoding); see `keras_vit.interpolation`.
 
     Returns:
         An array of the input's rank and dtype with prefix + rows * cols embeddings.
@@ -142,7 +88,7 @@ def resample_position_embeddings(posemb, new_grid, *, old_grid=None, num_prefix_
     if old_grid == new_grid:
         out = posemb
     else:
-        resampled = _resample_grid(grid.reshape(old_grid + (-1,)), new_grid, method)
+        resampled = resample_grid_numpy(grid.reshape(old_grid + (-1,)), new_grid, method)
         resampled = resampled.reshape(1, new_grid[0] * new_grid[1], -1).astype(posemb.dtype)
         out = np.concatenate([prefix, resampled], axis=1)
     return out[0] if squeeze else out
@@ -173,13 +119,13 @@ def copy_weights(source, target, *, method="official"):
     for variable in target.weights:
         s = src.pop(variable.path, None)
         if s is None:
-            if variable.path.startswith("head/"):
+            if variable.path.startswith(("head/", "head_dist/")):
                 report["kept"].append(variable.path)
             else:
                 problems.append(f"{variable.path} missing in the source")
         elif tuple(s.shape) == tuple(variable.shape):
             plan.append((variable, s, None))
-        elif variable.path.startswith("head/"):
+        elif variable.path.startswith(("head/", "head_dist/")):
             report["kept"].append(f"{variable.path} (target {tuple(variable.shape)}, source {tuple(s.shape)})")
         elif variable.path == "patch_encoder/pos_embedding" and s.shape[-1] == variable.shape[-1]:
             old_grid = source.patch_encoder.grid_size
@@ -189,7 +135,7 @@ def copy_weights(source, target, *, method="official"):
         else:
             problems.append(f"{variable.path}: target {tuple(variable.shape)}, source {tuple(s.shape)}")
     for path in src:
-        if path.startswith(("head/", "pre_logits/")):
+        if path.startswith(("head/", "head_dist/", "pre_logits/")):
             report["dropped"].append(path)
         else:
             problems.append(f"{path} has no place in the target")
@@ -244,7 +190,7 @@ def resample_patch_embedding(kernel, new_patch_size, method="pi"):
     (ph, pw), rest = kernel.shape[:2], kernel.shape[2:]
     if (ph, pw) == new:
         return kernel
-    resize = np.kron(_half_pixel_weights(ph, new[0], "bilinear"), _half_pixel_weights(pw, new[1], "bilinear"))
+    resize = np.kron(resampling_matrix(ph, new[0], "bilinear"), resampling_matrix(pw, new[1], "bilinear"))
     flat = kernel.reshape(ph * pw, -1).astype(np.float64)
     out = np.linalg.pinv(resize.T) @ flat if method == "pi" else resize @ flat
     return out.reshape(new + rest).astype(kernel.dtype)

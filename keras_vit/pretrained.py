@@ -363,6 +363,8 @@ def _source_key(path, fmt):
             return ("cls_token" if timm else "embeddings.cls_token"), None
         if parts[1] == "pos_embedding":
             return ("pos_embed" if timm else "embeddings.position_embeddings"), None
+        if parts[1] == "dist_token":  # DeiT's distillation token (timm's name; transformers' is issue 37's)
+            return ("dist_token" if timm else None), None
         return ("patch_embed.proj." if timm else "embeddings.patch_embeddings.projection.") + leaf, None
     m = re.fullmatch(r"encoderblock_(\d+)", head)
     if m:
@@ -379,7 +381,8 @@ def _source_key(path, fmt):
                 "mlp_dense2": "output.dense"}[sub]
         return f"encoder.layer.{i}.{name}.{leaf}", None
     names = {"encoder_norm": "norm" if timm else "layernorm", "fc_norm": "fc_norm" if timm else None,
-             "head": "head" if timm else "classifier", "pre_logits": None if timm else "pooler.dense"}
+             "head": "head" if timm else "classifier", "pre_logits": None if timm else "pooler.dense",
+             "head_dist": "head_dist" if timm else None}
     if names.get(head):
         return f"{names[head]}.{leaf}", None
     return None, None
@@ -443,7 +446,7 @@ def load_state_dict(model, tensors, fmt, *, source="the checkpoint", qkv_bias=Tr
             continue
         expected.add(key)
         want = _source_shape(variable, part)
-        is_head = variable.path.startswith("head/")
+        is_head = variable.path.startswith(("head/", "head_dist/"))
         if key not in tensors:
             if is_head:
                 report["kept"].append(f"{key} (not in the checkpoint)")

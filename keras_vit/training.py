@@ -64,7 +64,14 @@ DEFAULTS = {
         "attention_dropout_rate": 0.0,
         "drop_path_rate": 0.0,
     },
-    "init_checkpoint": None,  # .npz / .keras / .weights.h5 path or a released name ("imagenet21k")
+    "init_checkpoint": None,  # .npz / .keras / .weights.h5 path or a released name ("imagenet21k"); --set init=PATH
+    # DeiT distillation (keras_vit.distill), on when a teacher is named: `--set teacher=PATH` (distill.teacher);
+    # the model needs distillation=True. kind "hard" (the teacher's top class) or "soft" (KL at temperature);
+    # alpha weighs the teacher's term; teacher_precision "auto" runs a keras-vit teacher in the training precision.
+    "distill": {"teacher": None, "kind": "hard", "alpha": 0.5, "temperature": 1.0, "teacher_precision": "auto"},
+    # "classify", or "mpp": the paper's masked patch prediction pre-training (keras_vit.masked), labels unused
+    "objective": "classify",
+    "mpp": {"corrupt": 0.5, "mask": 0.8, "random": 0.1, "bits": 3},
     "resample": "official",  # position-embedding resampling when the checkpoint's grid differs
     # augmentation
     "crop": "pad",  # "inception" (area min_area-100%), "pad" (reflect pad + random crop), "none"
@@ -100,7 +107,17 @@ DEFAULTS = {
 
 MODEL_KEYS = ("variant", "image_size", "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim",
               "classifier", "representation_size", "resnet", "dropout_rate", "attention_dropout_rate",
-              "drop_path_rate", "pooling", "approximate_gelu", "attention_implementation")
+              "drop_path_rate", "pooling", "approximate_gelu", "attention_implementation", "distillation")
+# Recipe sections set key by key (`--set distill.kind=soft`); the model's keys are MODEL_KEYS.
+SECTIONS = ("model", "distill", "mpp")
+# Short names for --set: `--set teacher=PATH`, `--set init=PATH`.
+ALIASES = {"teacher": "distill.teacher", "init": "init_checkpoint"}
+
+
+def _section_keys(section):
+    if section == "model":
+        return tuple(k for k in MODEL_KEYS if k != "image_size")
+    return tuple(DEFAULTS[section])
 
 
 # --- recipes and overrides -----------------------------------------------------------
@@ -108,7 +125,7 @@ MODEL_KEYS = ("variant", "image_size", "patch_size", "hidden_size", "num_layers"
 def _flat_keys(config, prefix=""):
     keys = []
     for k, v in config.items():
-        if isinstance(v, dict) and k == "model":
+        if isinstance(v, dict) and k in SECTIONS:
             keys.extend(_flat_keys(v, f"{k}."))
         else:
             keys.append(prefix + k)
@@ -116,7 +133,7 @@ def _flat_keys(config, prefix=""):
 
 
 def _valid_keys():
-    return sorted(set(_flat_keys(DEFAULTS)) | {f"model.{k}" for k in MODEL_KEYS if k != "image_size"})
+    return sorted(set(_flat_keys(DEFAULTS)) | {f"{s}.{k}" for s in SECTIONS for k in _section_keys(s)} | set(ALIASES))
 
 
 def resolve_config(recipe_config):
@@ -124,12 +141,12 @@ def resolve_config(recipe_config):
     config = copy.deepcopy(DEFAULTS)
     unknown = []
     for key, value in recipe_config.items():
-        if key == "model":
+        if key in SECTIONS:
             if not isinstance(value, dict):
-                raise ValueError(f"recipe key 'model' must be a dict, got {value!r}.")
-            bad = [f"model.{k}" for k in value if k not in MODEL_KEYS or k == "image_size"]
+                raise ValueError(f"recipe key {key!r} must be a dict, got {value!r}.")
+            bad = [f"{key}.{k}" for k in value if k not in _section_keys(key)]
             unknown.extend(bad)
-            config["model"].update({k: v for k, v in value.items() if f"model.{k}" not in bad})
+            config[key].update({k: v for k, v in value.items() if f"{key}.{k}" not in bad})
         elif key in config:
             config[key] = value
         else:
@@ -217,9 +234,10 @@ def apply_overrides(config, overrides):
         key = key.strip()
         if key not in _valid_keys():
             raise ValueError(f"Unknown recipe key {_with_suggestion(key)} in --set {item}.")
-        if key.startswith("model."):
-            name = key.split(".", 1)[1]
-            config["model"][name] = _parse_value(key, text, config["model"].get(name))
+        key = ALIASES.get(key, key)
+        if key.split(".", 1)[0] in SECTIONS and "." in key:
+            section, name = key.split(".", 1)
+            config[section][name] = _parse_value(key, text, config[section].get(name))
         else:
             config[key] = _parse_value(key, text, config[key])
     return config
@@ -456,8 +474,9 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
                 "decay": self.decay, "end": self.end}
 
 
-# Not decayed, as in the official code: biases, norm scales and offsets, class token, position embeddings.
-NO_DECAY = ["bias", "gamma", "beta", "cls", "pos_embedding"]
+# Not decayed, as in the official code: biases, norm scales and offsets, class token, position embeddings
+# (and DeiT's distillation token, as timm's no_weight_decay).
+NO_DECAY = ["bias", "gamma", "beta", "cls", "pos_embedding", "dist_token"]
 
 
 def build_optimizer(config, steps_per_epoch):
@@ -482,13 +501,17 @@ def build_optimizer(config, steps_per_epoch):
 # --- callbacks -----------------------------------------------------------------------
 
 class BestModelCheckpoint(keras.callbacks.Callback):
-    """Saves the model with the best `monitor` so far, atomically (never a half-written file)."""
+    """Saves the model with the best `monitor` so far, atomically (never a half-written file).
 
-    def __init__(self, path, monitor="val_accuracy", enabled=True):
+    `save_target`: the model to save when it is not the one being fit (a distilled student inside
+    its `Distiller`, an encoder inside its pre-training wrapper)."""
+
+    def __init__(self, path, monitor="val_accuracy", enabled=True, save_target=None):
         super().__init__()
         self.path = path
         self.monitor = monitor
         self.enabled = enabled
+        self.save_target = save_target
         self.best = -math.inf
 
     def on_epoch_end(self, epoch, logs=None):
@@ -498,20 +521,23 @@ class BestModelCheckpoint(keras.callbacks.Callback):
         self.best = float(value)
         if self.enabled:
             with atomic_path(self.path) as tmp:
-                self.model.save(tmp)
+                (self.save_target or self.model).save(tmp)
 
 
 class EpochCounter(keras.callbacks.Callback):
     """Remembers the last finished epoch (BackupAndRestore may start fit past epoch 0) and says
-    when a run resumes."""
+    when a run resumes. Adds each epoch's wall and CPU seconds (this process, all threads) to its
+    logs, so history.csv holds the cost of every epoch across resumes."""
 
     def __init__(self, backup_dir=None):
         super().__init__()
         self.backup_dir = backup_dir
         self.first_epoch = None
         self.epochs_completed = 0
+        self._started = None
 
     def on_epoch_begin(self, epoch, logs=None):
+        self._started = (time.time(), time.process_time())
         if self.first_epoch is None:
             self.first_epoch = epoch
             self.epochs_completed = epoch
@@ -520,6 +546,9 @@ class EpochCounter(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         self.epochs_completed = epoch + 1
+        if logs is not None and self._started is not None:
+            logs["epoch_seconds"] = round(time.time() - self._started[0], 1)
+            logs["epoch_cpu_seconds"] = round(time.process_time() - self._started[1], 1)
 
 
 # --- MultiWorkerMirroredStrategy with Keras 3 fit --------------------------------------
@@ -685,6 +714,8 @@ def train(config, model_dir, backup_dir=None, verbose="auto", overwrite=False):
         check_rand_augment(config["randaugment"])  # before minutes of decoding, not after
     if config["class_weight"] not in (None, "balanced"):
         raise ValueError(f"class_weight must be None or 'balanced', got {config['class_weight']!r}.")
+    if config["class_weight"] and config["objective"] == "mpp":
+        raise ValueError("class_weight weighs the classes of the labels; objective 'mpp' uses no labels.")
     policy, why = resolve_precision(config["precision"])  # an unknown name fails before anything starts
     _check_model_dir(model_dir, backup_dir, overwrite)
     created = not os.path.exists(model_dir)
@@ -799,7 +830,8 @@ def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, pr
     with strategy.scope():
         model = build_model(config, class_names)
         compile_for_training(model, config, steps, padded=padded)
-    apply_multi_worker_fix(model, strategy)
+        fit_model = wrap_for_training(model, config, steps)  # the model, or the wrapper that trains it
+    apply_multi_worker_fix(fit_model, strategy)
     backup_dir = backup_dir or os.path.join(model_dir, "backup")
     # One folder per worker: workers sharing one crash on the HDF5 file lock.
     worker_backup = os.path.join(backup_dir, f"worker_{index}")
@@ -807,29 +839,32 @@ def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, pr
     callbacks = [counter, keras.callbacks.TerminateOnNaN(),
                  keras.callbacks.BackupAndRestore(worker_backup, double_checkpoint=True)]
     monitor = "val_accuracy" if val_ds is not None else "accuracy"
-    callbacks.append(BestModelCheckpoint(os.path.join(out_dir, "best.keras"), monitor, enabled=is_chief))
+    callbacks.append(BestModelCheckpoint(os.path.join(out_dir, "best.keras"), monitor, enabled=is_chief,
+                                         save_target=model if fit_model is not model else None))
     callbacks.append(keras.callbacks.CSVLogger(os.path.join(out_dir, "history.csv"), append=True))
     callbacks.extend(_tensorboard(out_dir, is_chief))
 
     start, cpu_start = time.time(), time.process_time()
     try:
         with data_lib.unknown_length_quiet():
-            history = model.fit(train_ds, epochs=config["epochs"], steps_per_epoch=steps, validation_data=val_ds,
-                                callbacks=callbacks, verbose=verbose, shuffle=False, class_weight=class_weight)
+            history = fit_model.fit(train_ds, epochs=config["epochs"], steps_per_epoch=steps, validation_data=val_ds,
+                                    callbacks=callbacks, verbose=verbose, shuffle=False, class_weight=class_weight)
     except KeyboardInterrupt:
         print(flush=True)  # end Keras' progress bar line
         raise KeyboardInterrupt(f"interrupted; run the same command again to resume from epoch "
                                 f"{counter.epochs_completed + 1}") from None
     train_seconds, cpu_seconds = time.time() - start, time.process_time() - cpu_start
+    # masked patch prediction: the test split scores the pre-training task (colour accuracy), not classes
     with data_lib.unknown_length_quiet():
-        test_loss, test_accuracy = model.evaluate(test_ds, verbose=0)
+        test_loss, test_accuracy = (fit_model if config["objective"] == "mpp" else model).evaluate(test_ds, verbose=0)
     stopped = counter.epochs_completed < config["epochs"]
     details = {}
-    if is_chief:  # per class, the confusion matrix, the worst images: files beside the model
+    if is_chief and config["objective"] == "classify":  # per class, confusions, the worst images: files
         details = report.end_of_run_report(
             model, test_split, data_lib.make_dataset(test_split, config["image_size"], batch, training=False,
                                                      with_index=True, **eval_kw), out_dir)
     metrics = {
+        "objective": config["objective"],
         "epochs_completed": counter.epochs_completed,
         "resumed_at_epoch": counter.first_epoch or 0,
         "stopped_early": stopped,
@@ -855,6 +890,7 @@ def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, pr
         **details,
         "final_epoch_logs": {k: float(v[-1]) for k, v in history.history.items() if v},
         "config": config,
+        **_task_metrics(model, config, test_ds, os.path.join(out_dir, "history.csv")),
         "backend": keras.backend.backend(),
         "versions": _versions(),
     }
@@ -868,6 +904,56 @@ def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, pr
           f"test accuracy {test_accuracy:.4f}, test loss {test_loss:.4f}, {train_seconds:.0f} s, "
           f"{strategy_name(strategy)} x{strategy.num_replicas_in_sync} -> {out_dir}", flush=True)
     return metrics
+
+
+def wrap_for_training(model, config, steps):
+    """What `fit` trains: the model itself, a `Distiller` around it when the recipe names a teacher,
+    or the masked-patch-prediction wrapper for objective "mpp". Built in the strategy's scope."""
+    if config["objective"] not in ("classify", "mpp"):
+        raise ValueError(f"Unknown objective {config['objective']!r}; use 'classify' or 'mpp'.")
+    settings = config["distill"]
+    if config["objective"] == "mpp":
+        if settings["teacher"]:
+            raise ValueError("objective 'mpp' pre-trains without labels; it takes no teacher (distill.teacher).")
+        from keras_vit.masked import MaskedPatchPretrainer
+
+        wrapper = MaskedPatchPretrainer(model, **config["mpp"], seed=config["seed"], name="mpp")
+    elif settings["teacher"]:
+        from keras_vit.distill import Distiller, load_teacher
+
+        teacher = load_teacher(settings["teacher"], precision=settings["teacher_precision"])
+        log.info("distilling (%s labels, alpha %s) from the teacher %s: %s parameters, %s", settings["kind"],
+                 settings["alpha"], settings["teacher"], f"{teacher.count_params():,}",
+                 teacher.dtype_policy.name if hasattr(teacher, "dtype_policy") else "as saved")
+        wrapper = Distiller(model, teacher, kind=settings["kind"], alpha=settings["alpha"],
+                            temperature=settings["temperature"], label_smoothing=config["label_smoothing"],
+                            name="distiller")
+    else:
+        return model
+    wrapper.compile(optimizer=build_optimizer(config, steps), jit_compile=_jit_compile(config["jit_compile"]))
+    return wrapper
+
+
+def _task_metrics(model, config, test_ds, history_csv):
+    """metrics.json's extras: the summed cost of every epoch in history.csv (across resumes) and, for a
+    distilled model, the test accuracy of each head alone and averaged."""
+    extra = {}
+    try:
+        import csv
+
+        with open(history_csv, newline="") as f:
+            rows = [r for r in csv.DictReader(f) if r.get("epoch_seconds")]
+        if rows:
+            extra["all_epochs_seconds"] = round(sum(float(r["epoch_seconds"]) for r in rows), 1)
+            extra["all_epochs_cpu_seconds"] = round(sum(float(r["epoch_cpu_seconds"]) for r in rows), 1)
+    except (OSError, ValueError, KeyError):
+        pass
+    if config["distill"]["teacher"]:
+        from keras_vit import distill
+
+        extra["teacher"] = config["distill"]["teacher"]
+        extra["test_heads"] = distill.head_accuracies(model, test_ds)
+    return extra
 
 
 def _tensorboard(out_dir, is_chief):

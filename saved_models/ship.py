@@ -57,6 +57,26 @@ def curve(history_csv, out_png, title, test_accuracy=None):
     fig.savefig(out_png, dpi=80)
 
 
+def heads_table(metrics):
+    """A distilled model's test accuracy per head (metrics.json's test_heads, keras_vit.distill)."""
+    heads = metrics.get("test_heads")
+    if not heads:
+        return ""
+    return f"""
+## The two heads
+
+DeiT's measure (Touvron et al., 2021, Table 3): the student alone, without the teacher, on the
+{heads['examples']:,} test images, reading its class head, its distillation head, or both averaged
+(what the model and every export output).
+
+| head | test accuracy |
+|---|---:|
+| class token's head alone | {heads['class_head']:.2%} |
+| distillation token's head alone | {heads['distillation_head']:.2%} |
+| both averaged (the model's logits) | {heads['averaged']:.2%} |
+"""
+
+
 def exports_table(exports_dir):
     """The card's section on the exports in exports_dir, from the JSON `keras-vit export` writes."""
     if not os.path.isdir(exports_dir):
@@ -78,7 +98,7 @@ def exports_table(exports_dir):
     return f"""
 ## Exports
 
-Written by `keras-vit export` (the commands are in the README); each was checked against the Keras model on
+Written by `keras-vit export` (the commands are in docs/export.md); each was checked against the Keras model on
 {sample} before it was written. The JSON beside each file holds the full report. "Keras accuracy" is the
 model's in float32, the precision exports are made from; the test accuracy above was measured in the
 training precision.
@@ -183,6 +203,10 @@ def main(argv=None):
     resumed = metrics.get("resumed_at_epoch") or 0
     # A resumed run's clock starts again: say which epochs the time covers.
     timed = f"; epochs {resumed + 1}-{metrics['epochs_completed']}, resumed from the backup" if resumed else ""
+    wall, cpu = metrics["train_seconds"], metrics["train_cpu_seconds"]
+    if metrics.get("all_epochs_seconds"):  # history.csv's per-epoch clock: every epoch, across resumes
+        wall, cpu = metrics["all_epochs_seconds"], metrics["all_epochs_cpu_seconds"]
+        timed = f"; all {metrics['epochs_completed']} epochs{', across resumes' if resumed else ''}"
     augmentation = f", RandAugment {tuple(config['randaugment'])}" if config.get("randaugment") else ""
     mixing = [f"{k} {config[k]}" for k in ("mixup", "cutmix") if config.get(k)]
     augmentation += "".join(f", {m}" for m in mixing)
@@ -194,13 +218,17 @@ def main(argv=None):
         strided = ", first stage at stride 2" if r.get("first_stride", 1) == 2 else ""
         stem = (f"hybrid: BiT ResNet stem, units {tuple(r['num_layers'])}, width factor {r['width_factor']}, "
                 f"root `{r.get('root', 'bit')}`{strided}, {norm}, then ")
+    distilled = ""
+    if getattr(model, "distillation", False):
+        distilled = (f", distillation token and second head (DeiT; logits = the two heads averaged), distilled "
+                     f"from `{metrics.get('teacher')}` ({config['distill']['kind']} labels)")
     card = f"""# {args.title}
 
 | | |
 |---|---|
 | model | `VisionTransformer`: image {model.image_size[0]}x{model.image_size[1]}, {stem}patch {model.patch_size[0]}, \
 hidden {model.hidden_size}, {model.num_layers} layers, {model.num_heads} heads, MLP {model.mlp_dim}, \
-classifier `{model.classifier}`; {metrics['parameters']:,} parameters |
+classifier `{model.classifier}`{distilled}; {metrics['parameters']:,} parameters |
 | input | RGB images scaled to [-1, 1] (`keras_vit.preprocess_input`), {model.image_size[0]}x{model.image_size[1]} |
 | output | logits over {len(metrics['class_names'])} classes: {', '.join(metrics['class_names'])} |
 | data | `{config['data']}`: {metrics['train_examples']:,} training images, {metrics['validation_examples']:,} \
@@ -209,7 +237,7 @@ held out to pick the best epoch, {metrics['test_examples']:,} test images |
 ({config['epochs']} epochs, batch {config['batch_size']}, {config['optimizer']}, lr {config['learning_rate']}, \
 {metrics.get('precision') or config['precision']}{augmentation}) |
 | **test accuracy** | **{metrics['test_accuracy']:.2%}** (test loss {metrics['test_loss']:.4f}; the final model) |
-| training time | {metrics['train_seconds'] / 60:.0f} min wall, {metrics['train_cpu_seconds'] / 60:.0f} min CPU \
+| training time | {wall / 60:.0f} min wall, {cpu / 60:.0f} min CPU \
 ({metrics['strategy']}, {metrics['num_replicas']} replica{timed}) |
 | trained | {datetime.date.today().isoformat()}, TensorFlow {metrics['versions']['tensorflow']}, \
 Keras {metrics['versions']['keras']} |
@@ -222,6 +250,7 @@ Reproduce: `{args.command}`
 Load: `import keras, keras_vit; model = keras.models.load_model("{args.out_dir}/model.keras")`;
 the class names are in `model.class_names`. `metrics.json` holds the full resolved recipe.
 """
+    card += heads_table(metrics)
     card += fewshot_table(args.out_dir)
     card += exports_table(os.path.join(args.out_dir, "exports"))
     with open(os.path.join(args.out_dir, "MODEL_CARD.md"), "w") as f:

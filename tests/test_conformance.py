@@ -9,7 +9,8 @@ says so and pins the difference:
 - include_top=False with pooling=None gives the classifier's pooled representation (B, D), not a
   feature map: a ViT's tokens have no spatial map to return (pooling="unpooled" gives (B, T, D));
 - models are channels_last whatever keras.config.image_data_format() says;
-- input_shape must be static: position embeddings are learned for one patch grid.
+- input_shape may leave both sizes free, (None, None, C): a model of any size, its position embeddings
+  stored at 224 and resampled in the graph; one free size alone is refused.
 """
 
 import inspect

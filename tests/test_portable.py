@@ -220,7 +220,7 @@ def _raw_output_names(path):
 
 
 def test_raw_tflite_outputs_come_logits_first_as_the_readme_says(tiny_model, tmp_path):
-    """README "Serving": clients that read raw tensors (no signature runner) get logits, then probabilities."""
+    """docs/export.md, "Serving": clients that read raw tensors (no signature runner) get logits, then probabilities."""
     export_model(tiny_model, tmp_path / "tiny.tflite")
     assert _raw_output_names(tmp_path / "tiny.tflite") == ["logits", "probabilities"]
     shipped = sorted((ROOT / "saved_models" / "vit_cifar10" / "exports").glob("*.tflite"))

@@ -14,18 +14,11 @@ import keras_vit
 from conftest import DATA, ROOT, randomize, tiny_vit
 from keras_vit import interpolation
 from keras_vit.checkpoints import from_official_config, load_official_npz, save_official_npz
-from keras_vit.posemb import (_corner_aligned_weights, _half_pixel_weights, copy_weights, resample_patch_embedding,
-                              with_patch_size)
+from keras_vit.posemb import copy_weights, resample_patch_embedding, with_patch_size
 
 OFFICIAL = DATA / "official"
 HYBRID = dict(patch_size=1, resnet=dict(num_layers=(1,), width_factor=1))  # stem stride 4
 KINDS = {"token": {}, "gap": dict(classifier="gap"), "hybrid": HYBRID}
-
-
-def _numpy_weights(n_in, n_out, method):
-    if method == "official":
-        return _corner_aligned_weights(n_in, n_out)
-    return _half_pixel_weights(n_in, n_out, method)
 
 
 @pytest.mark.parametrize("method", interpolation.METHODS)
@@ -33,7 +26,7 @@ def test_interpolation_matrices_equal_the_numpy_ones_eagerly_and_traced(method):
     traced = tf.function(lambda n, n_in: interpolation.interpolation_matrix(n_in, n, method),
                          reduce_retracing=True)
     for n_in, n_out in [(4, 7), (7, 4), (5, 5), (3, 1), (1, 3), (14, 24), (24, 14), (37, 61)]:
-        expected = _numpy_weights(n_in, n_out, method)
+        expected = interpolation.resampling_matrix(n_in, n_out, method)
         eager = keras.ops.convert_to_numpy(interpolation.interpolation_matrix(n_in, n_out, method))
         graph = traced(tf.constant(n_out), n_in).numpy()
         assert eager.shape == expected.shape == graph.shape
