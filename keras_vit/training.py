@@ -65,6 +65,7 @@ DEFAULTS = {
         "drop_path_rate": 0.0,
     },
     "init_checkpoint": None,  # .npz / .keras / .weights.h5 path or a released name ("imagenet21k"); --set init=PATH
+    #                          or --set weights=PATH
     # DeiT distillation (keras_vit.distill), on when a teacher is named: `--set teacher=PATH` (distill.teacher);
     # the model needs distillation=True. kind "hard" (the teacher's top class) or "soft" (KL at temperature);
     # alpha weighs the teacher's term; teacher_precision "auto" runs a keras-vit teacher in the training precision.
@@ -110,8 +111,8 @@ MODEL_KEYS = ("variant", "image_size", "patch_size", "hidden_size", "num_layers"
               "drop_path_rate", "pooling", "approximate_gelu", "attention_implementation", "distillation")
 # Recipe sections set key by key (`--set distill.kind=soft`); the model's keys are MODEL_KEYS.
 SECTIONS = ("model", "distill", "mpp")
-# Short names for --set: `--set teacher=PATH`, `--set init=PATH`.
-ALIASES = {"teacher": "distill.teacher", "init": "init_checkpoint"}
+# Short names for --set: `--set teacher=PATH`, `--set init=PATH` (or `weights=PATH`, keras.applications' word).
+ALIASES = {"teacher": "distill.teacher", "init": "init_checkpoint", "weights": "init_checkpoint"}
 
 
 def _section_keys(section):

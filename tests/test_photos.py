@@ -403,12 +403,13 @@ def init_checkpoint(tmp_path_factory):
 def test_finetune_recipe_on_a_folder_without_a_split_then_predict_the_folder(photos, init_checkpoint, tmp_path):
     root, expected, bad = photos
     run = tmp_path / "run"
-    result = _cli("train", FINETUNE, "--set", f"data={root}", "--set", f"init_checkpoint={init_checkpoint}",
+    result = _cli("train", FINETUNE, "--set", f"data={root}", "--set", f"weights={init_checkpoint}",
                   *TINY, "--set", "test_fraction=0.3", "--set", "validation_split=0.2", "--model-dir", str(run))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "skipped 3 of 18 files" in result.stderr and "images per class:" in result.stderr
     assert "accuracy per class (worst first)" in result.stderr
     metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["config"]["init_checkpoint"] == init_checkpoint  # --set weights=PATH names the init checkpoint
     assert metrics["skipped_files"] == 3 and {s["file"] for s in metrics["skipped"]} == set(bad)
     assert metrics["train_examples"] + metrics["validation_examples"] + metrics["test_examples"] == 15
     assert metrics["data_split"] == str(run / data.SPLIT_RECORD)
