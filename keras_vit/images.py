@@ -259,7 +259,7 @@ def inspect(source, verify=True):
 
     Example:
     >>> inspect("photo.jpg")
-    ImageInfo(format='jpeg', width=4032, height=3024, orientation=6, decoder=0, problem=None)
+    ImageInfo(format='jpeg', width=4032, height=3024, orientation=6, decoder=0, problem=None, mode='')
     """
     try:
         if isinstance(source, (bytes, bytearray, memoryview)):
@@ -301,7 +301,7 @@ def inspect_many(sources, verify=True, workers=8):
     if len(sources) < 64:
         return [inspect(s, verify) for s in sources]
     with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(lambda s: inspect(s, verify), sources, chunksize=64))
+        return list(pool.map(lambda s: inspect(s, verify), sources))
 
 
 def check(info, name):
