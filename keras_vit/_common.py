@@ -1,6 +1,12 @@
-"""Small helpers every module may use: argument pairs, Keras registration, key lists in errors."""
+"""Small helpers every module may use: argument pairs, Keras registration, key lists in errors,
+misspelled keywords refused with the nearest valid one."""
+
+import functools
+import inspect
 
 import keras
+
+from keras_vit._files import nearest
 
 # Every keras-vit layer and model registers under one package name, so saved files load
 # after `import keras_vit` with no custom_objects.
@@ -38,3 +44,67 @@ def format_keys(keys, limit=12):
     keys = sorted(keys)
     more = f" ... and {len(keys) - limit} more" if len(keys) > limit else ""
     return ", ".join(keys[:limit]) + more
+
+
+def keywords_of(fn):
+    """The names `fn` takes as keywords (not `self`, `*args` or `**kwargs`)."""
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return {p.name for p in inspect.signature(fn).parameters.values() if p.kind in kinds} - {"self"}
+
+
+def check_keywords(given, valid, where):
+    """Refuses keywords of `given` that are not in `valid` with a TypeError naming the nearest valid
+    one, e.g. "VisionTransformer() got an unexpected keyword argument `clases` (did you mean `classes`?)."
+    A misspelled keyword swallowed by **kwargs would otherwise change nothing, silently.
+
+    Example:
+    >>> check_keywords({"clases": 10}, {"classes", "image_size"}, "VisionTransformer")
+    Traceback (most recent call last):
+    TypeError: VisionTransformer() got an unexpected keyword argument `clases` (did you mean `classes`?).
+    """
+    unknown = [key for key in given if key not in valid]
+    if not unknown:
+        return
+    described, close = [], False
+    for key in unknown:
+        near = nearest(key, valid)
+        close = close or near is not None
+        described.append(f"`{key}`" + (f" (did you mean `{near}`?)" if near else ""))
+    what = "an unexpected keyword argument" if len(unknown) == 1 else "unexpected keyword arguments"
+    listing = "" if close else f"; it takes {', '.join(f'`{k}`' for k in sorted(valid))}"
+    raise TypeError(f"{where}() got {what} {', '.join(described)}{listing}.")
+
+
+def refuse_unknown_keywords(fn):
+    """Decorator: a keyword `fn` does not take is refused by `check_keywords` (naming the nearest
+    parameter) rather than by Python's bare "unexpected keyword argument"."""
+    valid = keywords_of(fn)
+
+    @functools.wraps(fn)
+    def checked(*args, **kwargs):
+        check_keywords(kwargs, valid, fn.__name__)
+        return fn(*args, **kwargs)
+
+    return checked
+
+
+# What keras.layers.Layer takes besides its named arguments (it refuses anything else, with a ValueError).
+_KERAS_LAYER_EXTRAS = frozenset({"input_dim", "input_shape", "batch_input_shape", "batch_size", "weights"})
+
+
+def check_layer_keywords(layer_class, kwargs):
+    """A keras-vit layer's `check_keywords`: `kwargs` left for keras.layers.Layer must be its keywords."""
+    if kwargs:
+        check_keywords(kwargs, _layer_keywords(layer_class), layer_class.__name__)
+
+
+@functools.lru_cache(maxsize=None)
+def _layer_keywords(layer_class):
+    """Every keyword a Keras layer class takes: its own, its Keras base classes' and keras.layers.Layer's."""
+    names = set(_KERAS_LAYER_EXTRAS)
+    for klass in layer_class.__mro__:
+        if "__init__" in vars(klass):
+            names |= keywords_of(klass.__init__)
+        if klass is keras.layers.Layer:
+            break
+    return frozenset(names)

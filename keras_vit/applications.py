@@ -19,6 +19,8 @@ import os
 import numpy as np
 from keras import ops
 
+from keras_vit._common import refuse_unknown_keywords
+
 # The one definition of the image formats keras-vit reads (keras_vit/images.py), public here where it was first.
 from keras_vit.images import IMAGE_EXTENSIONS  # noqa: F401
 
@@ -67,6 +69,7 @@ def to_rgb(images, origin):
     raise ValueError(f"{origin} has {channels} channels; expected grayscale, RGB or RGBA.")
 
 
+@refuse_unknown_keywords
 def preprocess_input(x, data_format=None, *, model=None):
     """Scales RGB pixels in [0, 255] to [-1, 1] (x / 127.5 - 1), the official preprocessing.
 
@@ -126,6 +129,7 @@ def _imagenet_classes():
     return tuple((str(wnid), str(name)) for wnid, name in classes)
 
 
+@refuse_unknown_keywords
 def imagenet_class_names():
     """The 1,000 ImageNet-1k class names, in the order of the released checkpoints' heads.
 
@@ -136,6 +140,7 @@ def imagenet_class_names():
     return [name for _, name in _imagenet_classes()]
 
 
+@refuse_unknown_keywords
 def decode_predictions(preds, top=5, class_names=None):
     """Turns a batch of scores into the `top` classes per image, best first.
 
@@ -187,6 +192,7 @@ def decode_predictions(preds, top=5, class_names=None):
     return results
 
 
+@refuse_unknown_keywords
 def load_image(path, size=None):
     """Reads an image file as a uint8 RGB array (height, width, 3), upright.
 

@@ -19,10 +19,11 @@ import zipfile
 
 import numpy as np
 
-from keras_vit._common import describe_misfit
+from keras_vit._common import check_keywords, describe_misfit, refuse_unknown_keywords
 from keras_vit._files import atomic_path
-from keras_vit.models import VisionTransformer, create_model, register_weights_loader
-from keras_vit.presets import NAMED_WEIGHTS, PRESETS
+from keras_vit.models import VisionTransformer, create_model, register_weights_loader, vit_keywords
+from keras_vit.presets import (DEFAULT_WEIGHTS_URL, NAMED_WEIGHTS, PRESETS, WEIGHTS_URL_ENV, missing_checkpoint,
+                               weights_url)
 # copy_weights lives with the resampling it needs; checkpoints re-exports it.
 from keras_vit.posemb import copy_weights  # noqa: F401
 from keras_vit.posemb import resample_note, resample_position_embeddings, stored_grid
@@ -42,9 +43,6 @@ _BLOCK_NAMES = {
 _PARAM = {"gamma": "scale", "beta": "bias", "kernel": "kernel", "bias": "bias"}
 POSEMB_KEY = "Transformer/posembed_input/pos_embedding"
 
-# The public release (gs://vit_models), reachable over HTTPS; overridable for mirrors.
-WEIGHTS_URL_ENV = "KERAS_VIT_WEIGHTS_URL"
-DEFAULT_WEIGHTS_URL = "https://storage.googleapis.com/vit_models"
 
 _AUGREG_FILE = re.compile(r"^(R\d*_)?(Ti|S|B|L|H)_\d+-i(1|21)k-[\w.\-]+$")
 
@@ -106,6 +104,19 @@ def _detect_layout(keys):
     return "released"
 
 
+PICKLE_SUFFIXES = (".bin", ".pth", ".pt", ".ckpt", ".pkl", ".pickle")
+
+
+def refuse_pickle(path):
+    """Raises the ValueError for a PyTorch pickle: never read (unpickling can run arbitrary code)."""
+    raise ValueError(
+        f"{path} is a PyTorch pickle; keras-vit never unpickles (loading a pickle can run arbitrary code). "
+        "Convert it to safetensors where you trust it: timm's or transformers' "
+        "model.save_pretrained(folder, safe_serialization=True) (timm: timm.models.push_to_hf_hub / "
+        "save_for_hf), or safetensors.torch.save_file(torch.load(path), 'model.safetensors'), then load "
+        "the folder with config.json and model.safetensors (keras_vit.from_pretrained).")
+
+
 def read_npz_index(path):
     """{key: (shape, dtype)} from an .npz's array headers, without reading the arrays."""
     try:
@@ -117,6 +128,8 @@ def read_npz_index(path):
     index = {}
     with archive:
         for info in archive.infolist():
+            if info.filename.endswith(".pkl"):  # torch.save's zip: archive/data.pkl and storages
+                refuse_pickle(path)
             if not info.filename.endswith(".npy"):
                 raise ValueError(f"{path}: member {info.filename!r} is not a .npy array; this is no .npz checkpoint.")
             key = info.filename[: -len(".npy")]
@@ -168,6 +181,7 @@ def check_channels(model, channels, source):
 
 # Over 80 lines with its docstring: every check runs before the first assignment (a bad file
 # leaves the model unchanged), in one pass over the index; split, the plan would travel between parts.
+@refuse_unknown_keywords
 def load_official_npz(model, path, *, resample="official"):
     """Fills a keras-vit model from a checkpoint in the official .npz layout.
 
@@ -188,7 +202,7 @@ def load_official_npz(model, path, *, resample="official"):
     """
     path = os.fspath(path)
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"No checkpoint file at {path}.")
+        raise missing_checkpoint(path)
     index = read_npz_index(path)
     first_conv = index.get("conv_root/kernel" if model.resnet else "embedding/kernel")
     if first_conv is not None and len(first_conv[0]) == 4:
@@ -250,13 +264,24 @@ def load_official_npz(model, path, *, resample="official"):
             variable.assign(np.reshape(value, variable.shape).astype(variable.dtype))
             report["loaded"].append(key)
             del value
-    # only what happened: "kept: nothing" read as if nothing had loaded
-    changes = [f"{what}: {', '.join(report[what])}" for what in ("kept", "dropped", "resampled") if report[what]]
+    changes = describe_changes(report)
     log.info("loaded %d arrays from %s (%s layout)%s.", len(report["loaded"]), path, layout,
-             "; " + "; ".join(changes) if changes else ", every variable of the model")
+             "; " + changes if changes else ", every variable of the model")
     return report
 
 
+# A load report's lists as its log line words them: "kept" are the model's own variables (its head),
+# which nothing from the checkpoint was loaded into.
+_CHANGE_LABELS = {"kept": "not loaded (the model keeps its own)", "dropped": "dropped", "resampled": "resampled"}
+
+
+def describe_changes(report):
+    """A load report's changes for its log line, only those that happened ("kept: nothing" read
+    as if nothing had loaded): "not loaded (the model keeps its own): head/kernel (...); resampled: ..."."""
+    return "; ".join(f"{label}: {', '.join(report[key])}" for key, label in _CHANGE_LABELS.items() if report[key])
+
+
+@refuse_unknown_keywords
 def save_official_npz(model, path, *, layout="released"):
     """Writes a keras-vit model as an official .npz checkpoint (atomically).
 
@@ -292,7 +317,7 @@ def resolve_weights(name, variant, image_size=(224, 224)):
     >>> resolve_weights("imagenet21k", "B/16")
     'https://storage.googleapis.com/vit_models/imagenet21k/ViT-B_16.npz'
     """
-    base = os.environ.get(WEIGHTS_URL_ENV, DEFAULT_WEIGHTS_URL).rstrip("/")
+    base = weights_url()
     stem = name[:-4] if name.endswith(".npz") else name
     if _AUGREG_FILE.match(stem):
         return f"{base}/augreg/{stem}.npz"
@@ -337,6 +362,7 @@ def fetch_weights(name, variant, image_size=(224, 224)):
         ) from None
 
 
+@refuse_unknown_keywords
 def load_keras_model(path):
     """Loads a keras-vit `.keras` model file, the one way keras-vit does: safe_mode=True, no compile.
 
@@ -401,17 +427,31 @@ def _model_at_saved_size(model, path):
     return type(model).from_config(config)
 
 
+@refuse_unknown_keywords
 def load_weights(model, weights, *, method="official"):
     """Loads `weights` into a keras-vit model: a released name, .npz, .keras or .weights.h5.
 
     A file saved at another resolution is resampled to the model's patch grid.
     """
     weights = os.fspath(weights)
+    hub = ("keras_vit.from_pretrained(path) builds the model from its config.json and loads it; "
+           "keras_vit.load_pretrained(model, path) loads it into a model of its architecture")
+    if os.path.isdir(weights):
+        what = "a timm / transformers hub folder" if os.path.isfile(os.path.join(weights, "config.json")) else "a folder"
+        raise ValueError(f"weights={weights!r} is {what}; weights= takes a file (.npz, .keras, .weights.h5) or a "
+                         f"released name. For a hub folder (config.json + model.safetensors): {hub}.")
+    if weights.endswith(PICKLE_SUFFIXES):
+        refuse_pickle(weights)
+    if weights.endswith(".safetensors"):
+        raise ValueError(f"weights={weights!r} is a safetensors checkpoint (timm / transformers), which weights= does "
+                         f"not read: {hub}.")
     if os.path.isfile(weights):
         if weights.endswith(".keras") or weights.endswith(".weights.h5"):
             return _load_keras_file(model, weights, method)
         return load_official_npz(model, weights, resample=method)
-    if weights.endswith((".npz", ".keras", ".h5")) or os.sep in weights:
+    if weights.endswith(".npz"):
+        raise missing_checkpoint(weights)
+    if weights.endswith((".keras", ".h5")) or os.sep in weights:
         raise FileNotFoundError(f"weights file {weights} does not exist.")
     variant = variant_of(model)
     resolve_weights(weights, variant, model.image_size)  # an unknown name or variant fails first
@@ -421,6 +461,7 @@ def load_weights(model, weights, *, method="official"):
     return load_official_npz(model, path, resample=method)
 
 
+@refuse_unknown_keywords
 def convert_checkpoint(checkpoint, out, *, variant, image_size=224, classes=1000, representation_size=None,
                        resample="official", overwrite=False):
     """An official checkpoint -> a ready-to-fine-tune `.keras` model, written atomically.
@@ -452,6 +493,7 @@ def from_official_config(config, image_size=224, **kwargs):
     num_layers, dropout_rate, attention_dropout_rate}, classifier, representation_size
     and resnet.{num_layers, width_factor}; keyword arguments override.
     """
+    check_keywords(kwargs, vit_keywords(), "from_official_config")
     transformer = config["transformer"]
     resnet = config.get("resnet")
     args = dict(

@@ -14,6 +14,63 @@ import sys
 USER_ERRORS = (ValueError, TypeError, OSError, RuntimeError, ImportError)
 
 
+# Each command's paths are checked before TensorFlow is imported (seconds) or a model loaded: a
+# typo is reported at once, with the nearest existing path. Standard library (and keras_vit's
+# standard-library modules) only.
+MODEL_FILES = "a .keras file (keras-vit train writes runs/<recipe>/model.keras)"
+IMAGE_FILES = "give image files (JPEG, PNG, GIF, BMP or WebP)"
+
+
+def _require(path, what, expected):
+    from keras_vit._files import missing_path
+
+    if not os.path.exists(path):
+        raise missing_path(path, what, expected)
+
+
+def _require_images(paths):
+    for path in paths or ():
+        _require(path, "image", IMAGE_FILES)
+
+
+def _require_checkpoint(path):
+    from keras_vit.presets import missing_checkpoint
+
+    if not os.path.exists(path):
+        raise missing_checkpoint(path)
+
+
+def _check_convert(args):
+    _require_checkpoint(args.checkpoint)
+
+
+def _check_predict(args):
+    _require(args.model, "model", f"predict runs {MODEL_FILES}, a SavedModel folder, a .tflite or a .onnx file")
+    _require_images(args.images)
+
+
+def _check_visualize(args):
+    _require(args.model, "model", f"visualize reads {MODEL_FILES}")
+    _require_images(args.image)
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise FileExistsError(f"--out {args.out} is a file; visualize writes a folder of figures: "
+                              "name a new or existing folder.")
+
+
+def _check_fewshot(args):
+    if args.model.endswith(".npz"):
+        _require_checkpoint(args.model)
+    _require(args.model, "model", f"fewshot reads {MODEL_FILES}, a timm / transformers hub folder (config.json + "
+             "model.safetensors), a .safetensors file or an official .npz")
+
+
+def _check_export(args):
+    from keras_vit._files import export_format
+
+    _require(args.model, "model", f"export reads {MODEL_FILES}")
+    export_format(args.out, args.format)
+
+
 def _convert(args):
     from keras_vit.pretrained import convert
 
@@ -42,9 +99,6 @@ def _train(args):
 
 
 def _visualize(args):
-    if os.path.exists(args.out) and not os.path.isdir(args.out):
-        raise FileExistsError(f"--out {args.out} is a file; visualize writes a folder of figures: "
-                              "name a new or existing folder.")
     from keras_vit.visualize import FIGURES, visualize_files
 
     written = visualize_files(args.model, args.out, args.image, batch_size=args.batch_size,
@@ -147,7 +201,7 @@ def _add_convert(commands):
     p = commands.add_parser(
         "convert",
         help="official .npz, timm or Hugging Face checkpoint -> a ready-to-fine-tune .keras model",
-        description="Tells the checkpoint's format (official .npz, a timm or transformers hub folder with "
+        description="Reads a checkpoint and tells its format (official .npz, a timm or transformers hub folder with "
         "config.json + model.safetensors), builds its model (of VARIANT for an .npz given one) at --image-size, "
         "loads it (position embeddings resampled, a new zero-initialized head when --classes differs) and writes "
         "it atomically.",
@@ -165,25 +219,26 @@ def _add_convert(commands):
                    help="position embedding resampling (default: official for .npz, bicubic as timm otherwise)")
     p.add_argument("--out", required=True, help="output .keras file")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
-    p.set_defaults(func=_convert)
+    p.set_defaults(func=_convert, check=_check_convert)
 
 
 def _add_visualize(commands):
     p = commands.add_parser(
         "visualize",
         help="the paper's analysis figures (Figures 6-7) for a model, with their data",
-        description="Writes attention_rollout, position_similarity, embedding_filters and attention_distance "
-        "(.png with .npz and .json beside each) into --out. The attention figures need --image; images are "
-        "resized to the model's input size.",
+        description="Reads a keras-vit .keras model (and image files) and writes attention_rollout, "
+        "position_similarity, embedding_filters and attention_distance (.png with .npz and .json beside each) into "
+        "--out. The attention figures need --image; images are resized to the model's input size. Runs under any "
+        "Keras backend.",
     )
     p.add_argument("model", help="a keras-vit model file (.keras)")
     p.add_argument("--image", nargs="+", action="extend", metavar="IMG",
-                   help="image files (JPEG, PNG, GIF, BMP) for the rollout maps and attention distances")
+                   help="image files (JPEG, PNG, GIF, BMP, WebP) for the rollout maps and attention distances")
     p.add_argument("--out", required=True, help="output folder (created; figures in it are replaced)")
     p.add_argument("--batch-size", type=int, default=16, help="images per forward pass (default 16)")
     p.add_argument("--components", type=int, default=12,
                    help="principal components of the embedding filters to draw (default 12)")
-    p.set_defaults(func=_visualize)
+    p.set_defaults(func=_visualize, check=_check_visualize)
 
 
 def _image_size(text):
@@ -204,22 +259,25 @@ def _add_export(commands):
     p = commands.add_parser(
         "export",
         help=".keras model -> SavedModel, TFLite or ONNX, preprocessing inside, checked against Keras",
-        description="Exports MODEL with a serving_default signature taking uint8 RGB images (N, H, W, 3) and "
-        "returning logits and probabilities; the SavedModel resizes any H, W inside, the TFLite model takes the "
-        "model's size. The export is compared with Keras on sample images (max |logit diff|, top-1 agreement, "
-        "accuracy when the samples are labelled) before it is renamed into place; class names and the parity "
-        "report are written to OUT.json.",
+        description="Reads a keras-vit .keras model (written under any Keras backend; the export runs under "
+        "TensorFlow, in a process of its own when KERAS_BACKEND is another) and exports it with a serving_default "
+        "signature taking uint8 RGB images (N, H, W, 3) and returning logits and probabilities; the SavedModel "
+        "resizes any H, W inside, the TFLite model takes the model's size. The export is compared with Keras on "
+        "sample images (max |logit diff|, top-1 agreement, accuracy when the samples are labelled) before it is "
+        "renamed into place; class names and the parity report are written to OUT.json.",
     )
     p.add_argument("model", help="a keras-vit model (.keras)")
     p.add_argument("--format", choices=("saved_model", "tflite", "onnx"), default=None,
-                   help="default: tflite when --out ends in .tflite, onnx when it ends in .onnx, else saved_model "
-                   "(onnx: tf2onnx + onnxruntime, pip install 'keras-vit[onnx]')")
+                   help="default: from --out: tflite for .tflite, onnx for .onnx, saved_model for a name without an "
+                   "extension; other extensions are refused (onnx: tf2onnx + onnxruntime, pip install "
+                   "'keras-vit[onnx]')")
     p.add_argument("--quantize", choices=("float16", "dynamic", "int8", "a16w8"), default=None,
                    help="TFLite: float16 weights, dynamic-range int8 weights, full int8, or a16w8 (int16 "
                    "activations, int8 weights; LayerNorm float); int8 and a16w8 calibrate on --representative")
     p.add_argument("--outputs", choices=("logits,probabilities", "probabilities"), default="logits,probabilities",
-                   help="probabilities: a single-output classifier, as MediaPipe's ImageClassifier and the TFLite "
-                   "Task Library expect (default: logits,probabilities)")
+                   metavar="OUTPUTS",
+                   help="logits,probabilities (the default: both) or probabilities (a single-output classifier, as "
+                   "MediaPipe's ImageClassifier and the TFLite Task Library expect)")
     p.add_argument("--representative", metavar="IMAGES", default=None,
                    help="calibration images for int8: a folder of images or of class folders, or a data source "
                    "as in recipes (a .tgz of train/<class>/ images, a folder DATA/train/<class>/, digits, "
@@ -244,39 +302,46 @@ def _add_export(commands):
     p.add_argument("--antialias", action="store_true",
                    help="SavedModel: antialias the resize where it shrinks (TensorFlow's ScaleAndTranslate op; "
                    "TensorFlow only: tf2onnx, tensorflowjs_converter and coremltools refuse it)")
-    p.add_argument("--out", required=True, help="SavedModel folder, .tflite or .onnx file to write")
+    p.add_argument("--out", required=True,
+                   help="what to write: a SavedModel folder (a name without an extension), a .tflite or a .onnx file")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
-    p.set_defaults(func=_export)
+    p.set_defaults(func=_export, check=_check_export)
 
 
 def _add_predict(commands):
     p = commands.add_parser(
         "predict",
-        help="top classes of images, from a .keras, SavedModel or .tflite model",
-        description="Prints, a line per image, the --top classes with their probabilities (and writes them to "
-        "--out as CSV). Images of any format and size are turned upright (EXIF) and become the model's view "
-        "(its crop and resize); a folder's unreadable files are skipped and named in one line.",
+        help="top classes of images or folders of them, from a .keras model or a SavedModel, .tflite or .onnx "
+        "export",
+        description="Reads a .keras model (run by the Keras backend, any of them) or an export of one: a SavedModel "
+        "folder, a .tflite file (LiteRT) or a .onnx file (ONNX Runtime, pip install 'keras-vit[onnx]'), and prints, "
+        "a line per image, the --top classes with their probabilities (and writes them to --out as CSV). Images of "
+        "any format and size are turned upright (EXIF) and become the model's view (its crop and resize); a "
+        "folder's unreadable files are skipped and named in one line.",
     )
-    p.add_argument("model", help="a .keras file, a SavedModel folder or a .tflite file")
+    p.add_argument("model", help="a .keras file, a SavedModel folder, a .tflite or a .onnx file")
     p.add_argument("images", nargs="+", metavar="IMAGE", help="JPEG, PNG, GIF, BMP or WebP files, or folders of "
                    "them (searched recursively; class subfolders named as the model's classes add accuracy)")
     p.add_argument("--top", type=int, default=5, help="classes to print per image (default 5)")
     p.add_argument("--out", default=None, metavar="CSV", help="also write the predictions here (CSV: path, "
                    "classes and probabilities, label and correct for class subfolders)")
-    p.set_defaults(func=_predict)
+    p.set_defaults(func=_predict, check=_check_predict)
 
 
 def _add_fewshot(commands):
     p = commands.add_parser(
         "fewshot",
         help="few-shot linear accuracy of a model's frozen representation (the paper's Section 4)",
-        description="Fits a least-squares linear classifier on the pre-logits features of N training images "
+        description="Reads a model (a .keras file, a timm / transformers hub folder or .safetensors file, or an "
+        "official .npz) and a data source, and fits a least-squares linear classifier on the pre-logits features of "
+        "N training images "
         "per class (the regularizer chosen on --holdout further images per class), and prints its test "
         "accuracy per shot count: mean, spread, min and max over --seeds draws.",
     )
     p.add_argument("model", help="a .keras file, a hub folder / .safetensors (timm, transformers) or an official .npz")
     p.add_argument("--data", required=True,
-                   help="a data source as recipes take it: digits, tfds:NAME, a folder or .tgz of train/ and test/")
+                   help="digits, a folder or .tgz of train/<class>/ and test/<class>/ images, or tfds:NAME (a "
+                   "tensorflow-datasets set: prepared, or downloaded once)")
     p.add_argument("--shots", type=int, nargs="+", default=[1, 5, 10, 25], metavar="N",
                    help="images per class (default 1 5 10 25)")
     p.add_argument("--seeds", type=int, default=3, help="draws per shot count (default 3)")
@@ -285,7 +350,7 @@ def _add_fewshot(commands):
     p.add_argument("--test-images", type=int, default=None, help="evaluate on this many test images (default all)")
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--out", help="also write the result as JSON here")
-    p.set_defaults(func=_fewshot)
+    p.set_defaults(func=_fewshot, check=_check_fewshot)
 
 
 def build_parser():
@@ -376,6 +441,8 @@ def main(argv=None):
         return 2
     _console_logging()
     try:
+        if getattr(args, "check", None):
+            args.check(args)  # paths and names, before TensorFlow loads
         _quiet_tensorflow()
         code = args.func(args)
     except KeyboardInterrupt as e:

@@ -592,21 +592,24 @@ def load_image_archive(path, splits=("train", "test"), **kwargs):
     return file_splits(os.fspath(path), splits, **kwargs)
 
 
+# How `keras-vit train` takes a folder of images in place of a tfds data set.
+TRAIN_LOCAL_DATA = "--set data=FOLDER"
 IN_MEMORY_LIMIT = 2 * 1024**3  # bytes of decoded images; larger tfds datasets are streamed
 
 
-def load_tfds(name, splits=("train", "test"), data_dir=None):
+def load_tfds(name, splits=("train", "test"), data_dir=None, *, local_data=TRAIN_LOCAL_DATA):
     """A tfds dataset (e.g. "cifar10", "imagenet2012"); needs it prepared or internet access.
 
     Small datasets of one image size are read into memory; large ones (ImageNet) are
     streamed from the tfds files, decoded and cropped per example. Split names may use
-    tfds slicing ("train[:98%]").
+    tfds slicing ("train[:98%]"). `local_data`: how the caller takes a folder instead, for
+    the error offline (train's `--set data=FOLDER`, fewshot's `--data FOLDER`).
     """
     tfds = require("tensorflow_datasets", "tfds", package="tensorflow-datasets", what=f"the tfds data set {name!r}")
 
     builder = tfds.builder(name, data_dir=data_dir)
     if not builder.is_prepared():
-        _check_download_possible(name, builder.data_dir)
+        _check_download_possible(name, builder.data_dir, local_data)
     builder.download_and_prepare()
     names = builder.info.features["label"].names
     shape = builder.info.features["image"].shape
@@ -635,14 +638,14 @@ def _network_reachable(address=None, timeout=5.0):
         return False
 
 
-def _check_download_possible(name, data_dir):
+def _check_download_possible(name, data_dir, local_data=TRAIN_LOCAL_DATA):
     """Offline, tfds retries a download for minutes and ends in a traceback: say it at once."""
     if not _network_reachable():
         raise ConnectionError(
             f"tfds:{name} is not prepared in {data_dir} and {TFDS_HOST[0]} cannot be reached (offline?). "
             f"Prepare it once where there is network (python -c \"import tensorflow_datasets as tfds; "
-            f"tfds.builder('{name}').download_and_prepare()\"; $TFDS_DATA_DIR picks the folder), or train on "
-            "images that are here: --set data=FOLDER or an archive (.tgz) of train/<class>/ and test/<class>/.")
+            f"tfds.builder('{name}').download_and_prepare()\"; $TFDS_DATA_DIR picks the folder), or use "
+            f"images that are here: {local_data}, a folder or an archive (.tgz) of train/<class>/ and test/<class>/.")
 
 
 def data_source(spec):
@@ -667,20 +670,24 @@ def data_source(spec):
     if os.path.isfile(spec):
         return ("csv" if spec.lower().endswith(".csv") else "archive"), spec
     if os.sep in spec or spec.endswith(ARCHIVE_EXTENSIONS + (".csv",)):
-        raise ValueError(f"Data path {spec} does not exist.")
+        raise ValueError(f"Data path {spec} does not exist: give an existing folder of <class>/ images (or of "
+                         "train/<class>/ and test/<class>/), a CSV of path,label lines, an archive (.tgz) of a "
+                         "folder, digits (scikit-learn's, installed with keras-vit[digits]) or tfds:NAME.")
     return "tfds", spec
 
 
-def load_data(spec, splits=("train", "test"), **kwargs):
+def load_data(spec, splits=("train", "test"), *, local_data=TRAIN_LOCAL_DATA, **kwargs):
     """Resolves a data spec (see `data_source`): "digits", "tfds:NAME", a folder, a CSV, a .tar/.tgz,
     or a tfds name. `kwargs` go to `file_splits` for folders, CSVs and archives (seed, test_fraction,
-    strict)."""
+    strict, decode).
+
+    `local_data`: how the caller takes a folder instead of tfds, named when tfds is offline."""
     kind, value = data_source(spec)
     if kind == "digits":
         return load_digits()
     if kind in ("folder", "csv", "archive"):
         return file_splits(value, splits, **kwargs)
-    return load_tfds(value, splits)
+    return load_tfds(value, splits, local_data=local_data)
 
 
 # --- preprocessing and augmentation, in the graph -------------------------------------

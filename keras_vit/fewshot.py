@@ -7,8 +7,10 @@ closed form by L2-regularized least squares from the features of N images per cl
 is chosen from a grid on held-out training images (never the test split), and each shot
 count is repeated over seeds, reported as mean and spread.
 
-    keras-vit fewshot saved_models/vit_cifar10/model.keras --data ../shared/data/cifar10-jpeg.tgz \
-        --shots 1 5 10 25 --seeds 3
+    keras-vit fewshot saved_models/vit_digits/model.keras --data digits --shots 1 5 10 --seeds 3
+
+(`--data` takes a folder or a .tgz of train/<class>/ and test/<class>/ images too, e.g. CIFAR-10 as
+JPEG files, a download; or tfds:NAME, prepared by tensorflow-datasets.)
 
 Example:
 >>> result = keras_vit.fewshot_evaluate(model, "digits", shots=(1, 5), seeds=2)
@@ -23,6 +25,7 @@ import os
 
 import numpy as np
 
+from keras_vit._common import refuse_unknown_keywords
 from keras_vit._files import atomic_path
 from keras_vit.applications import preprocess_input
 from keras_vit.data import Split, load_data
@@ -35,6 +38,8 @@ log = logging.getLogger("keras_vit")
 BIAS = 100.0
 # 2^-10 .. 2^20: the regularizers tried on the held-out images.
 L2_REGS = tuple(2.0 ** k for k in range(-10, 21, 2))
+# How fewshot takes a folder of images in place of a tfds data set (named when tfds is offline).
+LOCAL_DATA = "--data FOLDER (fewshot_evaluate(model, data=FOLDER))"
 
 
 class LeastSquaresProbe:
@@ -154,7 +159,9 @@ def extract_features(model, images, batch_size=256, verbose="auto", what="images
             batch = np.asarray(model_view(chunk, size, crop_pct, interpolation))
         else:  # images of different sizes, one by one
             batch = np.stack([np.asarray(model_view(image, size, crop_pct, interpolation)) for image in chunk])
-        out.append(np.asarray(features(preprocess_input(batch, model=model), training=False), np.float32))
+        # convert_to_numpy: a torch tensor that requires grad refuses np.asarray
+        out.append(keras.ops.convert_to_numpy(features(preprocess_input(batch, model=model), training=False))
+                   .astype(np.float32))
         if bar is not None:
             bar.update(i + 1)
     return np.concatenate(out).reshape(len(images), -1)
@@ -237,6 +244,7 @@ def _pick(images, idx):
     return [images[i] for i in idx]
 
 
+@refuse_unknown_keywords
 def fewshot_evaluate(model, data, shots=(1, 5, 10, 25), seeds=3, *, holdout=10, l2_regs=L2_REGS,
                      test_images=None, batch_size=256, train_split="train", test_split="test",
                      verbose="auto"):
@@ -275,7 +283,7 @@ def fewshot_evaluate(model, data, shots=(1, 5, 10, 25), seeds=3, *, holdout=10, 
     if int(seeds) < 1 or int(holdout) < 1:
         raise ValueError(f"seeds and holdout must be >= 1, got seeds={seeds}, holdout={holdout}.")
     seeds, holdout = int(seeds), int(holdout)
-    splits = data if isinstance(data, dict) else load_data(data, (train_split, test_split))
+    splits = data if isinstance(data, dict) else load_data(data, (train_split, test_split), local_data=LOCAL_DATA)
     train, test = splits[train_split], splits[test_split]
     if not isinstance(train, Split) or not isinstance(test, Split):
         raise ValueError(f"data must name or hold '{train_split}' and '{test_split}' Splits.")

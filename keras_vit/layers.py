@@ -10,6 +10,7 @@ import math
 import keras
 from keras import ops
 
+from keras_vit._common import check_layer_keywords
 from keras_vit._common import register as _register
 from keras_vit._common import to_pair as _pair
 from keras_vit import interpolation
@@ -72,6 +73,7 @@ class Patches(keras.layers.Layer):
     """
 
     def __init__(self, patch_size, **kwargs):
+        check_layer_keywords(Patches, kwargs)
         super().__init__(**kwargs)
         self.patch_size = _pair(patch_size, "patch_size")
 
@@ -121,6 +123,7 @@ class ImageSizeCheck(keras.layers.Layer):
     """
 
     def __init__(self, multiple, **kwargs):
+        check_layer_keywords(ImageSizeCheck, kwargs)
         super().__init__(**kwargs)
         self.multiple = _pair(multiple, "multiple")
 
@@ -164,6 +167,7 @@ class PatchEncoder(keras.layers.Layer):
 
     def __init__(self, hidden_size, patch_size=16, class_token=True, posemb_grid=None, posemb_resample="official",
                  distillation_token=False, **kwargs):
+        check_layer_keywords(PatchEncoder, kwargs)
         super().__init__(**kwargs)
         self.hidden_size = int(hidden_size)
         self.patch_size = _pair(patch_size, "patch_size")
@@ -275,6 +279,7 @@ class DropPath(keras.layers.Layer):
     """Stochastic depth: drops a whole residual branch per sample while training."""
 
     def __init__(self, rate=0.0, seed=None, **kwargs):
+        check_layer_keywords(DropPath, kwargs)
         super().__init__(**kwargs)
         if not 0.0 <= rate < 1.0:
             raise ValueError(f"drop path rate must be in [0, 1), got {rate}.")
@@ -353,6 +358,7 @@ class Attention(keras.layers.Layer):
 
     def __init__(self, num_heads, attention_dropout_rate=0.0, attention_implementation="auto", formulation="fused",
                  **kwargs):
+        check_layer_keywords(Attention, kwargs)
         super().__init__(**kwargs)
         self.num_heads = int(num_heads)
         self.attention_dropout_rate = float(attention_dropout_rate)
@@ -485,6 +491,7 @@ class TransformerBlock(keras.layers.Layer):
         formulation="fused",
         **kwargs,
     ):
+        check_layer_keywords(TransformerBlock, kwargs)
         super().__init__(**kwargs)
         self.num_heads = int(num_heads)
         self.mlp_dim = int(mlp_dim)

@@ -5,9 +5,12 @@ keras_vit/presets.py; this module builds models from it. Weights named by `weigh
 are loaded by keras_vit/checkpoints.py through `register_weights_loader`.
 """
 
+import functools
+
 import keras
 from keras import ops
 
+from keras_vit._common import check_keywords, keywords_of
 from keras_vit._common import register as _register
 from keras_vit._common import to_pair as _pair
 from keras_vit.images import view_policy
@@ -18,6 +21,9 @@ from keras_vit.stem import ROOTS, check_first_stride, check_norm, resnet_stem, s
 CLASSIFIERS = ("token", "gap")
 POOLINGS = ("token", "gap", "avg", "max", "unpooled")
 SIZE_ARGS = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "resnet")
+# What VisionTransformer passes on to keras.Model: the Functional model reads `trainable` (saved
+# configs hold it) and drops any other keyword silently, so those are refused here.
+MODEL_KEYWORDS = ("trainable",)
 
 # Loading weights is keras_vit.checkpoints' job; it registers its loader here when imported
 # (as `import keras_vit` does), so this module needs no import of it.
@@ -254,6 +260,7 @@ class VisionTransformer(keras.Model):
         interpolation="bilinear",
         **kwargs,
     ):
+        check_keywords(kwargs, vit_keywords(), "VisionTransformer")
         args = _check_arguments(dict(
             image_size=image_size, patch_size=patch_size, hidden_size=hidden_size, num_layers=num_layers,
             num_heads=num_heads, mlp_dim=mlp_dim, classes=classes, include_top=include_top, classifier=classifier,
@@ -280,6 +287,7 @@ class VisionTransformer(keras.Model):
     def compile(self, optimizer="rmsprop", loss=None, *args, **kwargs):
         """keras.Model.compile; a loss expecting probabilities on a logits head (the default,
         classifier_activation=None) is compiled as from_logits=True, with a warning (see _losses)."""
+        check_keywords(kwargs, keywords_of(keras.Model.compile), "compile")
         if loss is not None and self.include_top:
             from keras_vit._losses import match_loss_to_head
 
@@ -293,6 +301,53 @@ class VisionTransformer(keras.Model):
         self.compile(**keras.saving.deserialize_keras_object(config))
         if hasattr(self, "optimizer") and self.built:
             self.optimizer.build(self.trainable_variables)
+
+    def __call__(self, *args, **kwargs):
+        # Keras' own refusal names shapes only ("expected shape=(None, 8, 8, 3), found shape=(2, 32, 32, 3)");
+        # this one names the ways to another size.
+        if not getattr(self, "dynamic_image_size", True):
+            self._check_image_size(args[0] if args else kwargs.get("inputs"))
+        return super().__call__(*args, **kwargs)
+
+    def call(self, inputs, training=None, mask=None, **kwargs):
+        # JAX's fit and predict reach the model through stateless_call -> call, past __call__ and past
+        # Keras' own shape check (a model of one size then ran other sizes, its position embeddings
+        # resampled unasked).
+        if not self.dynamic_image_size:
+            self._check_image_size(inputs)
+        return super().call(inputs, training=training, mask=mask, **kwargs)
+
+    # Arrays given to fit / evaluate / predict are checked before Keras' loop: under JAX an error inside
+    # it leaves the model's variables purged, the model unusable for the rest of the session.
+    def fit(self, x=None, *args, **kwargs):
+        self._check_image_size(x)
+        return super().fit(x, *args, **kwargs)
+
+    def evaluate(self, x=None, *args, **kwargs):
+        self._check_image_size(x)
+        return super().evaluate(x, *args, **kwargs)
+
+    def predict(self, x, *args, **kwargs):
+        self._check_image_size(x)
+        return super().predict(x, *args, **kwargs)
+
+    def _check_image_size(self, images):
+        try:
+            shape = tuple(images.shape)
+        except (AttributeError, TypeError, ValueError):  # no shape, or one of unknown rank
+            return
+        # the model's input: image_size, or the source of the input_tensor it was built on (a Resizing layer's)
+        h, w = tuple(self.input_shape)[1:3]
+        if len(shape) != 4 or None in (shape[1], shape[2], h, w):
+            return
+        size = (int(shape[1]), int(shape[2]))
+        if size != (h, w):
+            raise ValueError(
+                f"{self.name!r} takes {h}x{w} images, got {size[0]}x{size[1]} "
+                f"(input shape {shape}). Resize the images to {h}x{w}, or make the model take other sizes: "
+                f"keras_vit.with_image_size(model, {size}) gives a copy for {size[0]}x{size[1]} (position "
+                "embeddings resampled once), and a model built with dynamic_image_size=True takes any multiple "
+                "of its patch size (resampled in the graph).")
 
     @property
     def patch_encoder(self):
@@ -415,6 +470,12 @@ class VisionTransformer(keras.Model):
         if config.get("resnet"):
             config["resnet"] = dict(config["resnet"], num_layers=tuple(config["resnet"]["num_layers"]))
         return cls(**config)
+
+
+@functools.lru_cache(maxsize=1)
+def vit_keywords():
+    """Every keyword `VisionTransformer` takes; what the functions that pass theirs on check against."""
+    return frozenset(keywords_of(VisionTransformer.__init__) | set(MODEL_KEYWORDS))
 
 
 def _check_arguments(args):
@@ -595,6 +656,7 @@ def create_model(variant, **kwargs):
     >>> create_model("Ti/16", image_size=384, classes=10).count_params()
     5614474
     """
+    check_keywords(kwargs, vit_keywords(), "create_model")
     name = canonical_variant(variant)
     config = {**PRESETS[name].sizes, **kwargs}
     if "variant" not in kwargs:
@@ -605,6 +667,7 @@ def create_model(variant, **kwargs):
 def _application(variant, include_top=True, weights=None, input_tensor=None, input_shape=None, pooling=None,
                  classes=1000, classifier_activation="softmax", name=None, **kwargs):
     """The one builder behind the keras.applications-style constructors."""
+    check_keywords(kwargs, vit_keywords() | keywords_of(_application), PRESETS[variant].constructor)
     if input_shape is None:
         input_shape = tuple(input_tensor.shape[1:]) if input_tensor is not None else (224, 224, 3)
     input_shape = tuple(input_shape)

@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from keras_vit._common import format_keys, to_pair
+from keras_vit._common import format_keys, refuse_unknown_keywords, to_pair
 from keras_vit.interpolation import METHODS, resample_grid_numpy, resampling_matrix
 
 log = logging.getLogger("keras_vit")
@@ -48,6 +48,7 @@ def resample_note(old_grid, new_grid, method):
     return f"position embeddings {old_grid[0]}x{old_grid[1]} -> {new_grid[0]}x{new_grid[1]} ({method})"
 
 
+@refuse_unknown_keywords
 def resample_position_embeddings(posemb, new_grid, *, old_grid=None, num_prefix_tokens=1, method="official"):
     """Resamples learned position embeddings to a new patch grid; prefix tokens are kept.
 
@@ -94,6 +95,7 @@ def resample_position_embeddings(posemb, new_grid, *, old_grid=None, num_prefix_
     return out[0] if squeeze else out
 
 
+@refuse_unknown_keywords
 def with_image_size(model, image_size, *, method="official"):
     """The same model at another input size: all weights copied, position embeddings resampled.
 
@@ -107,6 +109,7 @@ def with_image_size(model, image_size, *, method="official"):
     return new
 
 
+@refuse_unknown_keywords
 def copy_weights(source, target, *, method="official"):
     """Copies weights between two keras-vit models of the same architecture.
 
@@ -158,6 +161,7 @@ def copy_weights(source, target, *, method="official"):
 PATCH_METHODS = ("pi", "bilinear")
 
 
+@refuse_unknown_keywords
 def resample_patch_embedding(kernel, new_patch_size, method="pi"):
     """Resizes a patch-embedding kernel to another patch size (FlexiViT, Beyer et al., 2023).
 
@@ -196,6 +200,7 @@ def resample_patch_embedding(kernel, new_patch_size, method="pi"):
     return out.reshape(new + rest).astype(kernel.dtype)
 
 
+@refuse_unknown_keywords
 def with_patch_size(model, patch_size, *, method="pi"):
     """The same model with another patch size: the patch embedding resampled (FlexiViT).
 

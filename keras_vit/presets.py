@@ -10,6 +10,11 @@ Example:
 """
 
 import dataclasses
+import os
+
+# The public release (gs://vit_models), reachable over HTTPS; overridable for mirrors.
+WEIGHTS_URL_ENV = "KERAS_VIT_WEIGHTS_URL"
+DEFAULT_WEIGHTS_URL = "https://storage.googleapis.com/vit_models"
 
 NAMED_WEIGHTS = ("imagenet", "imagenet21k", "imagenet21k+imagenet2012", "augreg", "augreg+imagenet2012")
 
@@ -118,3 +123,52 @@ def canonical_variant(name):
     if key not in table:
         raise ValueError(f"Unknown ViT variant {name!r}. Known variants: {', '.join(PRESETS)}.")
     return table[key]
+
+
+def weights_url():
+    """The release's base URL: $KERAS_VIT_WEIGHTS_URL (when set and not empty), else Google's bucket."""
+    return (os.environ.get(WEIGHTS_URL_ENV) or DEFAULT_WEIGHTS_URL).rstrip("/")
+
+
+def released_at(path):
+    """The release URLs of an official checkpoint named like `path` ("ViT-B_16.npz", an AugReg
+    file name, ...), [] for a name the release does not have. Standard library only: the command
+    line names them before TensorFlow loads.
+
+    Example:
+    >>> released_at("ViT-L_32.npz")
+    ['https://storage.googleapis.com/vit_models/imagenet21k/ViT-L_32.npz',
+     'https://storage.googleapis.com/vit_models/imagenet21k+imagenet2012/ViT-L_32.npz']
+    """
+    name = os.path.basename(os.fspath(path))
+    stem = name[:-len(".npz")] if name.endswith(".npz") else name
+    base, found = weights_url(), []
+    for preset in PRESETS.values():
+        for folder in ("imagenet21k", "imagenet21k+imagenet2012"):
+            if folder in preset.weights and stem == preset.official_name:
+                found.append(f"{base}/{folder}/{stem}.npz")
+        if preset.finetune_224 and stem == preset.official_name + "-224":
+            found.append(f"{base}/imagenet21k+imagenet2012/{stem}.npz")
+        if preset.augreg and (stem == preset.augreg or stem.startswith(preset.augreg + "--")):
+            found.append(f"{base}/augreg/{stem}.npz")
+        if preset.imagenet and stem == os.path.basename(preset.imagenet):
+            found.append(f"{base}/{preset.imagenet}.npz")
+    return sorted(set(found), key=found.index)
+
+
+def missing_checkpoint(path):
+    """The FileNotFoundError for a checkpoint path that is not there, saying where one comes from:
+    the release URL of an official .npz of that name, else what the loaders read."""
+    path = os.fspath(path)
+    urls = released_at(path)
+    if urls:
+        where = " and ".join(urls)
+        return FileNotFoundError(f"No checkpoint at {path}. The official {os.path.basename(path)} is released at "
+                                 f"{where}: download it and pass its path (in Python, a released name such as "
+                                 "weights='imagenet21k' downloads and caches it).")
+    if path.endswith(".npz"):
+        return FileNotFoundError(f"No checkpoint at {path}. The official checkpoints are released under "
+                                 f"{weights_url()} (e.g. {weights_url()}/imagenet21k/ViT-B_16.npz; "
+                                 "keras_vit.presets.PRESETS names each variant's files): download one and pass its path.")
+    return FileNotFoundError(f"No checkpoint at {path}: give an official .npz, a timm or transformers hub folder "
+                             "(config.json + model.safetensors) or a .safetensors file with config.json beside it.")

@@ -18,14 +18,15 @@ import re
 import numpy as np
 
 from keras_vit._files import atomic_path
-from keras_vit._common import describe_misfit
-from keras_vit.checkpoints import convert_checkpoint, load_official_npz, read_npz_index
+from keras_vit._common import check_keywords, describe_misfit, refuse_unknown_keywords
+from keras_vit.checkpoints import (PICKLE_SUFFIXES, convert_checkpoint, describe_changes, load_official_npz,
+                                   read_npz_index, refuse_pickle)
+from keras_vit.presets import missing_checkpoint
 from keras_vit.posemb import infer_grid, resample_note, resample_position_embeddings, stored_grid
 
 log = logging.getLogger("keras_vit")
 
 FORMATS = ("official", "timm", "transformers")
-PICKLE_SUFFIXES = (".bin", ".pth", ".pt", ".ckpt", ".pkl", ".pickle")
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 HALF = (0.5, 0.5, 0.5)
@@ -60,15 +61,6 @@ def _require_safetensors():
     return st
 
 
-def _refuse_pickle(path):
-    raise ValueError(
-        f"{path} is a PyTorch pickle; keras-vit never unpickles (loading a pickle can run arbitrary code). "
-        "Convert it to safetensors where you trust it: timm's or transformers' "
-        "model.save_pretrained(folder, safe_serialization=True) (timm: timm.models.push_to_hf_hub / "
-        "save_for_hf), or safetensors.torch.save_file(torch.load(path), 'model.safetensors'), then load "
-        "the folder with config.json and model.safetensors.")
-
-
 def _read_json(path):
     try:
         with open(path, encoding="utf-8") as f:
@@ -84,7 +76,7 @@ def _locate(path):
     """(format, config or None, [weights files]) of a checkpoint file or hub folder."""
     path = os.fspath(path)
     if not os.path.exists(path):
-        raise FileNotFoundError(f"No checkpoint at {path}.")
+        raise missing_checkpoint(path)
     if os.path.isdir(path):
         folder = path
         index = os.path.join(folder, "model.safetensors.index.json")
@@ -99,11 +91,11 @@ def _locate(path):
         else:
             pickles = sorted(f for f in os.listdir(folder) if f.endswith(PICKLE_SUFFIXES))
             if pickles:
-                _refuse_pickle(os.path.join(folder, pickles[0]))
+                refuse_pickle(os.path.join(folder, pickles[0]))
             raise ValueError(f"{folder} has no model.safetensors (nor model.safetensors.index.json); "
                              f"it holds: {', '.join(sorted(os.listdir(folder))) or 'nothing'}.")
     elif path.endswith(PICKLE_SUFFIXES):
-        _refuse_pickle(path)
+        refuse_pickle(path)
     elif path.endswith(".npz"):
         return "official", None, [path]
     elif path.endswith(".safetensors"):
@@ -422,6 +414,7 @@ def _to_source(variable):
 # -- loading -------------------------------------------------------------------------------
 
 # Over 80 lines with its docstring: the same check-everything-then-assign pass as load_official_npz.
+@refuse_unknown_keywords
 def load_state_dict(model, tensors, fmt, *, source="the checkpoint", qkv_bias=True, resample="bicubic"):
     """Fills `model` from a timm or transformers state dict ({name: NumPy array}).
 
@@ -495,10 +488,11 @@ def load_state_dict(model, tensors, fmt, *, source="the checkpoint", qkv_bias=Tr
         variable.assign(value.astype(variable.dtype))
         if key not in report["loaded"]:
             report["loaded"].append(key)
-    pieces = [f"{what}: {', '.join(report[what]) or 'nothing'}" for what in ("kept", "dropped", "resampled")]
+    pieces = [p for p in (describe_changes(report),) if p]
     if report["zeroed"]:
         pieces.append(f"query/key/value biases set to zero (the source has none): {len(report['zeroed'])}")
-    log.info("loaded %d arrays from %s (%s); %s.", len(report["loaded"]), source, fmt, "; ".join(pieces))
+    log.info("loaded %d arrays from %s (%s)%s.", len(report["loaded"]), source, fmt,
+             "; " + "; ".join(pieces) if pieces else ", every variable of the model")
     return report
 
 
@@ -519,6 +513,7 @@ def _read_checkpoint(path):
     return fmt, args, tensors, qkv_bias, files
 
 
+@refuse_unknown_keywords
 def load_pretrained(model, path, *, resample=None):
     """Loads a checkpoint into an existing keras-vit model: a hub folder of timm or
     transformers (config.json + model.safetensors), a .safetensors file with its
@@ -567,8 +562,9 @@ def from_pretrained(path, *, resample=None, variant=None, **overrides):
     >>> model = keras_vit.from_pretrained("vit_base_patch16_224.augreg2_in21k_ft_in1k/", image_size=384)
     >>> model.predict(keras_vit.preprocess_input(images, model=model))
     """
-    from keras_vit.models import VARIANTS, VisionTransformer, canonical_variant
+    from keras_vit.models import VARIANTS, VisionTransformer, canonical_variant, vit_keywords
 
+    check_keywords(overrides, vit_keywords() | {"resample", "variant"}, "from_pretrained")
     fmt, args, tensors, qkv_bias, files = _read_checkpoint(path)
     if variant is not None:
         if fmt != "official":
@@ -605,6 +601,7 @@ def detect_format(path):
     return _locate(path)[0]
 
 
+@refuse_unknown_keywords
 def convert(path, out, *, variant=None, image_size=None, classes=None, representation_size=None, resample=None,
             overwrite=False):
     """`keras-vit convert`: any checkpoint `from_pretrained` reads -> a `.keras` model, atomically.
@@ -628,7 +625,7 @@ def convert(path, out, *, variant=None, image_size=None, classes=None, represent
     overrides = {k: v for k, v in dict(image_size=image_size, classes=classes).items() if v is not None}
     if representation_size is not None or fmt == "official":  # the official fine-tuning drops pre-logits
         overrides["representation_size"] = representation_size
-    log.info("%s is a %s checkpoint", path, fmt)
+    log.info("%s is %s %s checkpoint", path, "an" if fmt == "official" else "a", fmt)
     model = from_pretrained(path, resample=resample, **overrides)
     with atomic_path(out, overwrite=overwrite) as tmp:
         model.save(tmp)
@@ -676,6 +673,7 @@ def _check_savable(model, fmt):
         raise ValueError(f"{model.name!r} cannot be saved in {fmt}'s format: it has {', '.join(problems)}.")
 
 
+@refuse_unknown_keywords
 def state_dict(model, fmt="timm"):
     """The model's weights as {name: NumPy array} under timm's or transformers' names."""
     _check_savable(model, fmt)
@@ -739,6 +737,7 @@ def _transformers_config(model):
     return config
 
 
+@refuse_unknown_keywords
 def save_pretrained(model, folder, *, format="timm", overwrite=False):
     """Writes a keras-vit model as a hub folder: model.safetensors + config.json (atomically).
 

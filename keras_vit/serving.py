@@ -14,6 +14,7 @@ import zipfile
 
 import numpy as np
 
+from keras_vit._common import refuse_unknown_keywords
 from keras_vit.applications import decode_predictions, preprocess_input, resize_images
 from keras_vit.checkpoints import load_keras_model
 
@@ -256,18 +257,42 @@ def _read_metadata(path):
 
 
 def _keras_classifier(path):
+    import keras
     import tensorflow as tf
 
     model = float32_copy(load_keras_model(path))
     graph = ServingGraph(model)
-    # TensorFlow's own resize op: no converter reads this graph, and it does less work on large photos
-    serve = tf.function(graph.serving_function(resize=True, antialias=True),
-                        input_signature=[graph.input_spec(resize=True)])
+    if keras.backend.backend() == "tensorflow":
+        # TensorFlow's own resize op: no converter reads this graph, and it does less work on large photos
+        serve = tf.function(graph.serving_function(resize=True, antialias=True),
+                            input_signature=[graph.input_spec(resize=True)])
+
+        def run(images):
+            return {k: v.numpy() for k, v in serve(images).items()}
+    else:
+        run = _eager_serving(graph)
+    return Classifier(path, "keras", run, graph.image_size, model.class_names, fixed_size=False)
+
+
+def _eager_serving(graph):
+    """The serving function's steps for a model under JAX or torch, which a TensorFlow graph cannot
+    call: the same view (`keras_vit.images.model_view`, TensorFlow's ops on the pixels as NumPy) and
+    scaling, then the model's own logits, run eagerly by its backend."""
+    import keras
+
+    from keras_vit.images import model_view, view_policy
+
+    crop_pct, interpolation = view_policy(graph.model)
 
     def run(images):
-        return {k: v.numpy() for k, v in serve(images).items()}
+        x = np.asarray(model_view(images, graph.image_size, crop_pct, interpolation))
+        logits = graph.logits(preprocess_input(x, model=graph.model), training=False)
+        logits = keras.ops.convert_to_numpy(logits).astype(np.float32)
+        probabilities = keras.ops.convert_to_numpy(keras.ops.softmax(logits, axis=-1))
+        outputs = {"logits": logits, "probabilities": probabilities}
+        return {name: outputs[name] for name in graph.output_names}
 
-    return Classifier(path, "keras", run, graph.image_size, model.class_names, fixed_size=False)
+    return run
 
 
 def saved_model_classifier(path, metadata):
@@ -400,6 +425,7 @@ def model_format(path):
     )
 
 
+@refuse_unknown_keywords
 def load_classifier(path):
     """Loads a `.keras` file, a SavedModel folder, a `.tflite` or a `.onnx` file as a `Classifier`.
 

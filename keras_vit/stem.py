@@ -13,6 +13,7 @@ images: 47.6% against 46.2%).
 import keras
 from keras import ops
 
+from keras_vit._common import check_layer_keywords
 from keras_vit._common import register as _register
 from keras_vit._common import to_pair as _pair
 
@@ -39,6 +40,7 @@ class StdConv2D(keras.layers.Layer):
     """
 
     def __init__(self, filters, kernel_size, strides=1, **kwargs):
+        check_layer_keywords(StdConv2D, kwargs)
         super().__init__(**kwargs)
         self.filters = int(filters)
         self.kernel_size = _pair(kernel_size, "kernel_size")
@@ -113,6 +115,7 @@ class BottleneckUnit(keras.layers.Layer):
     """
 
     def __init__(self, features, strides=1, norm="group", **kwargs):
+        check_layer_keywords(BottleneckUnit, kwargs)
         super().__init__(**kwargs)
         self.features = int(features)
         self.strides = _pair(strides, "strides")

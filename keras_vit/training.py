@@ -13,7 +13,6 @@ the optimizer inside the strategy's scope, fits with preemption-safe callbacks a
 import ast
 import contextlib
 import copy
-import difflib
 import importlib
 import importlib.util
 import json
@@ -28,7 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit import report
-from keras_vit._files import atomic_path
+from keras_vit._files import atomic_path, nearest
 from keras_vit._recipes import RECIPES_DIR, find_recipe, shipped_recipes  # noqa: F401  (public here)
 from keras_vit.augment import check_rand_augment
 
@@ -159,9 +158,9 @@ def resolve_config(recipe_config):
 
 def _with_suggestion(key):
     """'epoch' -> "'epoch' (did you mean 'epochs'?)"; the full list only when nothing is close."""
-    close = difflib.get_close_matches(key, _valid_keys(), n=1, cutoff=0.6)
+    close = nearest(key, _valid_keys())
     if close:
-        return f"{key!r} (did you mean {close[0]!r}?)"
+        return f"{key!r} (did you mean {close!r}?)"
     return f"{key!r} (valid keys: {', '.join(_valid_keys())})"
 
 

@@ -339,3 +339,64 @@ def test_hybrid_root_conv_channels_are_checked(tmp_path):
     with pytest.raises(ValueError, match=r"3-channel images \(RGB\), but the model .* takes 2 channel"):
         load_weights(tiny_vit(patch_size=1, resnet=dict(num_layers=(1,)), channels=2),
                      str(tmp_path / "hybrid.weights.h5"))
+
+
+# --- wrong turns with weights=: each error says what to do instead (issue 35) ---------------------
+
+def _pickle_payload(tmp_path):
+    """Bytes that, unpickled, would create tmp_path/pwned: a loader that unpickles is caught by the file."""
+    return f"cos\nsystem\n(S'touch {tmp_path / 'pwned'}'\ntR.".encode()
+
+
+def test_weights_given_a_hub_folder_or_safetensors_point_to_from_pretrained():
+    timm = DATA / "timm" / "timm_vit_token"
+    with pytest.raises(ValueError, match=r"is a timm / transformers hub folder; weights= takes a file .* "
+                                         r"keras_vit\.from_pretrained\(path\) builds the model from its config\.json"):
+        tiny_vit(weights=str(timm))
+    with pytest.raises(ValueError, match=r"model\.safetensors' is a safetensors checkpoint .*keras_vit\.from_pretrained"):
+        tiny_vit(weights=str(timm / "model.safetensors"))
+
+
+def test_a_pytorch_pickle_as_weights_is_named_and_never_unpickled(tmp_path):
+    import zipfile
+
+    pth = tmp_path / "model.pth"
+    pth.write_bytes(b"\x80\x02" + _pickle_payload(tmp_path))
+    with pytest.raises(ValueError, match=r"model\.pth is a PyTorch pickle; keras-vit never unpickles.*safetensors"):
+        tiny_vit(weights=str(pth))
+    # torch.save's zip layout under an .npz name: told by its archive/data.pkl, still unread
+    disguised = tmp_path / "model.npz"
+    with zipfile.ZipFile(disguised, "w") as z:
+        z.writestr("archive/data.pkl", b"\x80\x02" + _pickle_payload(tmp_path))
+        z.writestr("archive/data/0", b"\0" * 16)
+    model, before = _fresh()
+    with pytest.raises(ValueError, match=r"model\.npz is a PyTorch pickle; keras-vit never unpickles"):
+        load_official_npz(model, disguised)
+    _assert_unchanged(model, before)
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_a_missing_official_checkpoint_names_its_release_url(tmp_path, monkeypatch):
+    monkeypatch.delenv("KERAS_VIT_WEIGHTS_URL", raising=False)
+    url = "https://storage.googleapis.com/vit_models"
+    with pytest.raises(FileNotFoundError, match=rf"No checkpoint at ViT-B_16\.npz\. The official ViT-B_16\.npz is "
+                                                rf"released at {url}/imagenet21k/ViT-B_16\.npz and "
+                                                rf"{url}/imagenet21k\+imagenet2012/ViT-B_16\.npz: download it"):
+        tiny_vit(weights="ViT-B_16.npz")
+    with pytest.raises(FileNotFoundError, match=rf"{url}/imagenet21k/ViT-L_32\.npz"):
+        load_official_npz(tiny_vit(), tmp_path / "ViT-L_32.npz")
+    # a name the release does not have: where the release is
+    with pytest.raises(FileNotFoundError, match=rf"No checkpoint at .*mine\.npz\. The official checkpoints are released "
+                                                rf"under {url} \(e\.g\. {url}/imagenet21k/ViT-B_16\.npz"):
+        load_official_npz(tiny_vit(), tmp_path / "mine.npz")
+
+
+def test_a_head_not_loaded_is_logged_as_such(tmp_path, caplog):
+    import logging
+
+    path = save_official_npz(randomize(tiny_vit()), tmp_path / "tiny.npz")
+    caplog.set_level(logging.INFO, logger="keras_vit")
+    load_official_npz(tiny_vit(classes=3), path)
+    (line,) = [r.getMessage() for r in caplog.records if "tiny.npz" in r.getMessage()]
+    assert "; not loaded (the model keeps its own): head/kernel (model (32, 3), checkpoint (32, 7))" in line, line
+    assert "kept" not in line

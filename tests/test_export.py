@@ -355,6 +355,7 @@ def test_int8_calibrates_and_checks_on_the_models_own_data(digits_model, tmp_pat
     assert report["top1_agreement"] >= 0.95 and report["export_accuracy"] >= report["keras_accuracy"] - 0.03
     assert report["keras_accuracy"] > 0.8
     assert any("the model's training data" in m and "metrics.json" in m for m in keras_vit_log)
+    assert not any("calibrates on only" in m for m in keras_vit_log)  # 200 images: no warning
 
     # Data that cannot be read here: export refuses (random pixels would hide a wrong export) and says
     # what to pass; int8 names what is missing; given samples, it exports.
@@ -405,6 +406,8 @@ def test_cli_export_then_predict_on_all_three_formats(digits_model, digit_files,
                  str(root / "calibration"), "--samples", str(root / "by_class"), "--out", str(tflite)]) == 0
     log = "\n".join(keras_vit_log)
     assert "calibrating on 40 images" in log and "checking parity against Keras on 60 images" in log
+    # fewer than 100 calibration images: a warning naming the count and what to pass
+    assert "int8 quantization calibrates on only 40 image(s)" in log and "--representative IMAGES" in log
     assert "max |logit diff|" in log and "top-1 agreement" in log and "accuracy Keras" in log
     report = json.loads((tmp_path / "digits.tflite.json").read_text())["parity"]
     assert report["labelled"] and report["samples"] == 60
@@ -559,3 +562,57 @@ def test_shipped_cifar10_exports_still_match_the_shipped_model(name, max_diff, m
     assert np.mean(got.argmax(-1) == expected.argmax(-1)) >= min_agreement
     report = json.loads(pathlib.Path(metadata_path(path)).read_text())["parity"]
     assert report["samples"] == 10000 and report["labelled"]
+
+
+def test_few_calibration_images_are_warned_about_with_what_to_pass(digits, digits_model, tmp_path, caplog):
+    x, _ = digits["train"]
+    caplog.set_level(logging.INFO, logger="keras_vit")
+    export_model(digits_model, tmp_path / "q.tflite", quantize="int8", representative_images=x[:200],
+                 calibration_images=20, samples=digits["test"])
+    (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING and r.name == "keras_vit"]
+    assert warning.getMessage().startswith("int8 quantization calibrates on only 20 image(s)")
+    assert "raise calibration_images (--calibration-images, now 20) to 100 or more" in warning.getMessage()
+
+
+def test_the_format_comes_from_the_name_or_format_and_other_names_are_refused(digits, digits_model, tmp_path):
+    for name in ("x.mlmodel", "d.tfjs"):
+        with pytest.raises(ValueError, match=rf"{name}: keras-vit does not export \.\w+ files; it writes saved_model "
+                                             r"\(a folder: a name without an extension\), tflite \(\.tflite\) or onnx"):
+            export_model(digits_model, tmp_path / name)
+    with pytest.raises(ValueError, match=r"m\.tflite names a tflite file, but the format is onnx"):
+        export_model(digits_model, tmp_path / "m.tflite", format="onnx")
+    assert os.listdir(tmp_path) == []
+    # named by format=, any name is the user's choice
+    metadata = export_model(digits_model, tmp_path / "d.v1", format="saved_model", samples=digits["test"])
+    assert metadata["format"] == "saved_model" and (tmp_path / "d.v1" / "saved_model.pb").is_file()
+
+
+@pytest.mark.backends
+def test_load_classifier_runs_a_keras_file_under_every_backend(tmp_path):
+    """Under JAX or torch the .keras model runs eagerly (a TensorFlow graph cannot call it), with the same
+    resize and scaling as the serving graph."""
+    names = [f"c{i}" for i in range(7)]
+    model = randomize(tiny_vit(class_names=names))
+    model.save(tmp_path / "tiny.keras")
+    images = np.random.default_rng(1).integers(0, 256, (3, 45, 37, 3), dtype=np.uint8)
+    classifier = load_classifier(tmp_path / "tiny.keras")
+    outputs = classifier(images)
+    resized = tf.image.resize(tf.cast(images, tf.float32), (32, 32), method="bilinear").numpy()
+    expected = keras.ops.convert_to_numpy(model(keras_vit.preprocess_input(resized)))
+    np.testing.assert_allclose(outputs["logits"], expected, atol=1e-4)
+    np.testing.assert_allclose(outputs["probabilities"].sum(-1), 1.0, atol=1e-5)
+    (top,) = classifier.classify(images[:1], top=1)
+    assert top[0][1] == names[int(expected[0].argmax())]
+
+
+def test_shipped_cifar10_model_exports_int8_from_a_clone_on_the_shipped_calibration_images(tmp_path, keras_vit_log):
+    """The int8 export a newcomer runs from a fresh clone: 200 CIFAR-10 training images ship for calibration
+    (tests/data/cifar10_calibration), enough for no warning; the check runs on the 20 test images."""
+    out = tmp_path / "vit_cifar10_int8.tflite"
+    assert main(["export", str(SHIPPED_CIFAR10), "--format", "tflite", "--quantize", "int8", "--out", str(out),
+                 "--representative", str(DATA / "cifar10_calibration"), "--samples", str(CIFAR10_SAMPLE)]) == 0
+    log = "\n".join(keras_vit_log)
+    assert "calibrating on 200 images" in log and "calibrates on only" not in log, log
+    metadata = json.loads(out.with_name(out.name + ".json").read_text())
+    assert metadata["calibration"]["images"] == 200
+    assert metadata["parity"]["samples"] == 20 and metadata["parity"]["top1_agreement"] >= 0.85

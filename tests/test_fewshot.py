@@ -132,3 +132,29 @@ def test_fewshot_command_error_is_one_line(tmp_path):
     )
     assert run.returncode != 0
     assert "missing.keras does not exist" in run.stderr and "Traceback" not in run.stderr
+
+
+@pytest.mark.backends
+def test_fewshot_of_a_vision_transformer_under_every_backend():
+    """The model's own features under its backend (torch: features that carry gradients)."""
+    from conftest import randomize, tiny_vit
+
+    data = {"train": _colour_split(6, 0, "colours [train]"), "test": _colour_split(5, 1, "colours [test]")}
+    model = randomize(tiny_vit(image_size=8, patch_size=4, classes=4))
+    result = fewshot_evaluate(model, data, shots=(1, 2), seeds=2, holdout=2)
+    assert result["feature_dim"] == 32 and result["test_images"] == 20
+    assert all(0.0 <= a <= 1.0 for r in result["shots"].values() for a in r["accuracies"])
+
+
+def test_fewshot_offline_names_its_own_data_option(monkeypatch, capsys):
+    """Offline, a tfds name that is not prepared: the error says how fewshot takes a folder instead."""
+    tfds = pytest.importorskip("tensorflow_datasets", reason="tfds:NAME needs tensorflow-datasets")
+    from keras_vit import data
+    from keras_vit.cli import main
+
+    if tfds.builder("cifar10").is_prepared():
+        pytest.skip("cifar10 is prepared for tfds here: nothing to download")
+    monkeypatch.setattr(data, "TFDS_HOST", ("127.0.0.1", 9))  # as offline: nothing answers
+    assert main(["fewshot", str(ROOT / "saved_models/vit_digits/model.keras"), "--data", "cifar10"]) == 1
+    err = capsys.readouterr().err
+    assert "tfds:cifar10 is not prepared" in err and "--data FOLDER" in err and "--set data" not in err, err

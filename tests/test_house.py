@@ -171,3 +171,42 @@ def test_optional_dependencies_are_extras_not_requirements():
     for package, extra in (("scikit-learn", "digits"), ("tensorflow-datasets", "tfds"), ("tensorboard", "tensorboard")):
         assert package not in core and package in extras[extra].split() and package in extras["test"].split()
     assert "ruff" in extras["test"].split()
+
+
+def _misspelled(name):
+    """A typo of a keyword: two letters swapped inside it ("classes" -> "calsses")."""
+    i = len(name) // 2
+    return name[:i - 1] + name[i] + name[i - 1] + name[i + 1:]
+
+
+def test_every_public_callable_refuses_a_misspelled_keyword_naming_it():
+    """The house rule "misspelled keywords refused": every class and function of keras_vit.__all__ (and the
+    loaders of checkpoints and pretrained) raises a TypeError naming the keyword meant, before any work."""
+    import inspect
+
+    import keras_vit
+    from keras_vit import checkpoints, pretrained
+    from keras_vit._common import keywords_of
+
+    public = {name: getattr(keras_vit, name) for name in keras_vit.__all__ if callable(getattr(keras_vit, name))}
+    public.update({f"checkpoints.{f.__name__}": f for f in (checkpoints.load_weights, checkpoints.load_keras_model,
+                                                             checkpoints.convert_checkpoint)})
+    public.update({f"pretrained.{f.__name__}": f for f in (pretrained.convert, pretrained.load_state_dict)})
+    failures = []
+    for name, fn in sorted(public.items()):
+        target = fn.__init__ if inspect.isclass(fn) else fn
+        params = [p for p in inspect.signature(target).parameters.values() if p.name != "self"]
+        required = [p for p in params if p.default is p.empty and p.kind == p.POSITIONAL_OR_KEYWORD]
+        keywords = sorted(keywords_of(target))
+        keyword = max(keywords, key=len) if keywords else None  # the longest: the least ambiguous typo
+        typo = _misspelled(keyword) if keyword else "zzz"
+        try:
+            fn(*[None] * len(required), **{typo: 1})
+        except TypeError as e:
+            if keyword and f"`{typo}` (did you mean `{keyword}`?)" not in str(e) or f"`{typo}`" not in str(e):
+                failures.append(f"{name}({typo}=1): {e}")
+        except Exception as e:  # noqa: BLE001  (any other error means the typo reached the work)
+            failures.append(f"{name}({typo}=1) raised {type(e).__name__}: {e}")
+        else:
+            failures.append(f"{name}({typo}=1) ran")
+    assert not failures, "\n".join(failures)

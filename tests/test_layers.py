@@ -264,3 +264,19 @@ def test_tensorflow_fast_paths_equal_the_portable_ones(monkeypatch):
     portable = to_numpy(model(x))
     np.testing.assert_allclose(fast, portable, atol=1e-6)
     assert np.abs(fast).max() > 0.1  # a random model, not an all-zero head
+
+
+def test_layers_refuse_a_misspelled_keyword_naming_the_nearest():
+    from keras_vit.stem import BottleneckUnit, StdConv2D
+
+    with pytest.raises(TypeError, match=r"TransformerBlock\(\) .* `atention_dropout_rate` \(did you mean "
+                                        r"`attention_dropout_rate`\?\)"):
+        TransformerBlock(4, 64, atention_dropout_rate=0.1)
+    with pytest.raises(TypeError, match=r"Patches\(\) .* `nmae` \(did you mean `name`\?\)"):
+        Patches(4, nmae="patches")
+    with pytest.raises(TypeError, match=r"StdConv2D\(\) .* `stride` \(did you mean `strides`\?\)"):
+        StdConv2D(8, 3, stride=2)
+    with pytest.raises(TypeError, match=r"BottleneckUnit\(\) .* `strides_` \(did you mean `strides`\?\)"):
+        BottleneckUnit(8, strides_=2)
+    # Keras' own layer keywords pass, as a saved config gives them
+    assert Patches(4, name="p", trainable=False, dtype="float32").name == "p"

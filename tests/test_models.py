@@ -262,3 +262,58 @@ def test_the_feature_api_names_bad_cut_points():
         model.stage_model("images", "head")
     with pytest.raises(ValueError, match=r"'features' does not come before 'embedded'"):
         model.stage_model("features", "embedded")
+
+
+# --- misspelled keywords and other sizes: one clear error naming the fix (issue 35) ----------------
+
+def test_a_misspelled_keyword_is_refused_naming_the_nearest():
+    with pytest.raises(TypeError, match=r"VisionTransformer\(\) got an unexpected keyword argument `clases` "
+                                        r"\(did you mean `classes`\?\)"):
+        keras_vit.VisionTransformer(clases=10)
+    with pytest.raises(TypeError, match=r"create_model\(\) .* `image_sise` \(did you mean `image_size`\?\)"):
+        keras_vit.create_model("Ti/16", image_sise=32)
+    with pytest.raises(TypeError, match=r"from_official_config\(\) .* `clases` \(did you mean `classes`\?\)"):
+        keras_vit.checkpoints.from_official_config({}, clases=3)
+    # nothing close: the valid keywords are listed
+    with pytest.raises(TypeError, match=r"got an unexpected keyword argument `zzz`; it takes .*`classes`"):
+        keras_vit.VisionTransformer(zzz=1)
+    # what keras.Model itself takes still passes (a saved config holds `trainable`)
+    assert tiny_vit(trainable=False).trainable is False
+    model = tiny_vit()
+    with pytest.raises(TypeError, match=r"compile\(\) .* `metric` \(did you mean `metrics`\?\)"):
+        model.compile(optimizer="adam", loss="mse", metric=["accuracy"])
+
+
+@pytest.mark.parametrize("variant", list(PRESETS))
+def test_every_constructor_refuses_a_misspelled_keyword(variant):
+    constructor = getattr(keras_vit, PRESETS[variant].constructor)
+    with pytest.raises(TypeError, match=rf"{constructor.__name__}\(\) .* `clases` \(did you mean `classes`\?\)"):
+        constructor(clases=10)  # refused before anything is built: quick for ViT-H/14 too
+    with pytest.raises(TypeError, match=r"`hiden_size` \(did you mean `hidden_size`\?\)"):
+        constructor(hiden_size=10)  # a keyword passed on to VisionTransformer
+
+
+def test_a_model_of_one_size_fed_another_names_the_ways_to_other_sizes():
+    model = tiny_vit(image_size=8, patch_size=4)
+    images = np.zeros((2, 32, 32, 3), "float32")
+    message = (r"takes 8x8 images, got 32x32 \(input shape \(2, 32, 32, 3\)\)\. Resize the "
+               r"images to 8x8, or .*keras_vit\.with_image_size\(model, \(32, 32\)\).*dynamic_image_size=True")
+    with pytest.raises(ValueError, match=message):
+        model(images)
+    with pytest.raises(ValueError, match=message):
+        model.predict(images, verbose=0)
+    with pytest.raises(ValueError, match=message):
+        model.compile(loss="sparse_categorical_crossentropy")
+        model.fit(images, np.zeros(2), verbose=0)
+    # refused before Keras' loop: the model still works (under JAX an error inside it purges its variables)
+    assert model.predict(np.zeros((2, 8, 8, 3), "float32"), verbose=0).shape == (2, 7)
+    assert model(np.zeros((2, 8, 8, 3), "float32")).shape == (2, 7)
+    # the two ways the message names both work
+    assert keras_vit.with_image_size(model, (32, 32))(images).shape == (2, 7)
+    assert tiny_vit(image_size=8, patch_size=4, dynamic_image_size=True)(images).shape == (2, 7)
+    # a model built on an input_tensor takes its source's size (here resized inside to the ViT's 32x32)
+    inputs = keras.Input((24, 24, 3))
+    resizing = tiny_vit(input_tensor=keras.layers.Resizing(32, 32)(inputs))
+    assert resizing(np.zeros((2, 24, 24, 3), "float32")).shape == (2, 7)
+    with pytest.raises(ValueError, match=r"takes 24x24 images, got 32x32"):
+        resizing(images)

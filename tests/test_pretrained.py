@@ -362,3 +362,28 @@ def test_sharded_checkpoints_and_single_files(tmp_path):
     for path in (folder, HF / "model.safetensors"):
         model = from_pretrained(path)
         assert np.abs(model.predict(io["images"], verbose=0) - io["logits"]).max() <= 1e-4
+
+
+# --- issue 35: misspelled keywords, and log lines that say what happened ----------------------------
+
+def test_misspelled_keywords_are_refused_naming_the_nearest():
+    with pytest.raises(TypeError, match=r"from_pretrained\(\) got an unexpected keyword argument `image_sise` "
+                                        r"\(did you mean `image_size`\?\)"):
+        from_pretrained(TIMM, image_sise=48)
+    with pytest.raises(TypeError, match=r"load_pretrained\(\) .* `resmaple` \(did you mean `resample`\?\)"):
+        load_pretrained(tiny_vit(), TIMM, resmaple="bicubic")
+    with pytest.raises(TypeError, match=r"save_pretrained\(\) .* `formt` \(did you mean `format`\?\)"):
+        save_pretrained(tiny_vit(), "unused", formt="timm")
+
+
+def test_load_lines_say_an_official_checkpoint_and_what_was_not_loaded(tmp_path, caplog):
+    import logging
+
+    caplog.set_level(logging.INFO, logger="keras_vit")
+    convert(OFFICIAL / "vit_gap_current_names.npz", tmp_path / "npz.keras")
+    assert any(r.getMessage().endswith("vit_gap_current_names.npz is an official checkpoint") for r in caplog.records)
+    caplog.clear()
+    model = from_pretrained(HF, classes=10)
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("loaded ")]
+    assert "not loaded (the model keeps its own): classifier.weight (model (10, 32), checkpoint (7, 32))" in line, line
+    assert "kept" not in line and "nothing" not in line and model.classes == 10

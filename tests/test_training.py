@@ -269,7 +269,7 @@ def test_finetune_recipe_from_an_official_checkpoint_at_a_higher_resolution(tmp_
                   "--set", "warmup_steps=1", "--set", "validation_split=0.1", "--model-dir", str(tmp_path / "ft"))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "resampled: position embeddings 2x2 -> 3x3 (official)" in result.stderr
-    assert "dropped: pre_logits" in result.stderr and "kept: head/kernel" in result.stderr
+    assert "dropped: pre_logits" in result.stderr and "not loaded (the model keeps its own): head/kernel" in result.stderr
     metrics = _metrics(tmp_path / "ft")
     assert metrics["config"]["optimizer"] == "sgd" and metrics["epochs_completed"] == 1
     model = keras.models.load_model(tmp_path / "ft" / "model.keras")
