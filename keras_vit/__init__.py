@@ -56,8 +56,8 @@ __all__ = sorted(_MODULE_OF) + ["__version__"]
 
 
 # Submodules reachable as attributes, as when __init__ imported them all (keras_vit.data.load_digits).
-_SUBMODULES = ("applications", "checkpoints", "data", "export", "fewshot", "interpolation", "layers", "models", "posemb",
-               "presets", "pretrained", "serving", "stem", "training", "visualize")
+_SUBMODULES = ("applications", "checkpoints", "data", "export", "fewshot", "images", "interpolation", "layers", "models",
+               "posemb", "presets", "pretrained", "report", "serving", "stem", "training", "visualize")
 
 
 def __getattr__(name):

@@ -15,20 +15,18 @@ import functools
 import json
 import logging
 import os
-import re
 
 import numpy as np
 from keras import ops
 
 from keras_vit._common import refuse_unknown_keywords
 
+# The one definition of the image formats keras-vit reads (keras_vit/images.py), public here where it was first.
+from keras_vit.images import IMAGE_EXTENSIONS  # noqa: F401
+
 log = logging.getLogger("keras_vit")
 
 _RESOURCES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resources")
-
-
-# The one definition of the image formats keras-vit reads, for files, folders and archives.
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
 
 
 def scale_pixels(x):
@@ -196,57 +194,43 @@ def decode_predictions(preds, top=5, class_names=None):
 
 @refuse_unknown_keywords
 def load_image(path, size=None):
-    """Reads an image file as a uint8 RGB array (height, width, 3).
+    """Reads an image file as a uint8 RGB array (height, width, 3), upright.
 
-    JPEG, PNG, GIF (first frame), BMP and WebP are read; grayscale images are converted to RGB
-    and RGBA images lose their alpha channel, with a log line saying so. With `size`
-    (int or (height, width)) the image is resized as `Classifier` resizes for a `.tflite`
-    file (and as a SavedModel exported with `antialias=True` does): bilinear, with
-    antialiasing when shrinking, rounded back to uint8.
+    JPEG, PNG, GIF (first frame), BMP and WebP are read (`keras_vit.images`): the header is
+    checked before anything is decoded (a file claiming more than `images.max_image_pixels()`
+    pixels, a decompression bomb, is refused), the EXIF orientation is applied, and grayscale,
+    RGBA, CMYK and 16-bit images become RGB uint8. With `size` (int or (height, width)) the
+    image is resized as `Classifier` resizes for a `.tflite` file: `keras_vit.images.model_view`
+    at crop_pct 1.0 (bilinear, antialiased when shrinking), rounded back to uint8.
 
     Raises:
         FileNotFoundError: the file does not exist.
-        ValueError: the file is not an image TensorFlow can decode, naming the file.
+        ValueError: the file is not an image that can be read (or a decompression bomb), naming the file.
 
     Example:
     >>> load_image("cat.jpg").shape
     (480, 640, 3)
     """
-    import tensorflow as tf
+    from keras_vit.images import read_image
 
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"image {path} does not exist." if not os.path.isdir(path)
-                                else f"image {path} is a folder, not an image file.")
-    with open(path, "rb") as f:
-        data = f.read()
-    try:
-        image = tf.io.decode_image(data, channels=0, dtype=tf.uint8, expand_animations=False).numpy()
-    except (tf.errors.InvalidArgumentError, tf.errors.UnknownError, ValueError) as e:
-        raise ValueError(f"{path} is not an image that can be read: {_tf_reason(e)}") from None
-    image = to_rgb(image, path)
+    image = read_image(path)
     if size is not None:
         image = resize_images(image[None], size)[0]
     return np.ascontiguousarray(image)
 
 
-def _tf_reason(error):
-    """A TensorFlow op error's message without the op's wrapping ({{function_node ...}}, [Op:...])."""
-    text = getattr(error, "message", None) or str(error)
-    text = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", text)
-    text = re.sub(r"\s*\[Op:\w+\].*$", "", text, flags=re.S)
-    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
+def resize_images(images, size, crop_pct=1.0, interpolation="bilinear"):
+    """Resizes uint8 images (N, H, W, 3) to `size` as the exported models do, back to uint8.
 
-
-def resize_images(images, size):
-    """Resizes uint8 images (N, H, W, 3) to `size` as the exported models do, back to uint8."""
-    import tensorflow as tf
-
+    `keras_vit.images.model_view` rounded: the central `crop_pct` of the shorter side (1.0: all of
+    it), bilinear or bicubic, antialiased when shrinking. Images already at `size` with crop_pct 1.0
+    come back as they are.
+    """
     from keras_vit._common import to_pair
+    from keras_vit.images import view_pixels
 
     size = to_pair(size, "size")
     images = np.asarray(images)
-    if tuple(images.shape[1:3]) == size:
+    if tuple(images.shape[1:3]) == size and crop_pct >= 1.0:
         return images
-    resized = tf.image.resize(tf.cast(images, tf.float32), size, method="bilinear", antialias=True)
-    return np.clip(np.round(resized.numpy()), 0, 255).astype("uint8")
+    return view_pixels(images, size, crop_pct, interpolation)

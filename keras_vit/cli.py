@@ -141,16 +141,15 @@ def _export(args):
 
 
 def _predict(args):
-    from keras_vit.applications import load_image
     from keras_vit.export import load_classifier
+    from keras_vit.report import image_paths, predict_files
 
     if args.top < 1:
         raise ValueError(f"--top must be a positive int, got {args.top}.")
     classifier = load_classifier(args.model)
-    images = [(path, load_image(path)) for path in args.images]  # every file is checked before any prediction
-    for path, image in images:
-        (top,) = classifier.classify(image[None], top=args.top)
-        print(f"{path}: " + ", ".join(f"{name} {score:.4f}" for _, name, score in top), flush=True)
+    # files named one by one are checked before any prediction; a folder's unreadable files are skipped
+    paths, labels = image_paths(args.images, classifier.class_names)
+    predict_files(classifier, paths, out=args.out, top=args.top, names=labels)
 
 
 def _fewshot(args):
@@ -312,15 +311,20 @@ def _add_export(commands):
 def _add_predict(commands):
     p = commands.add_parser(
         "predict",
-        help="top classes of images, from a .keras model or a SavedModel, .tflite or .onnx export",
+        help="top classes of images or folders of them, from a .keras model or a SavedModel, .tflite or .onnx "
+        "export",
         description="Reads a .keras model (run by the Keras backend, any of them) or an export of one: a SavedModel "
         "folder, a .tflite file (LiteRT) or a .onnx file (ONNX Runtime, pip install 'keras-vit[onnx]'), and prints, "
-        "a line per image, the --top classes with their probabilities. Grayscale and RGBA images are converted to "
-        "RGB (a line says so); images are resized to the model's size.",
+        "a line per image, the --top classes with their probabilities (and writes them to --out as CSV). Images of "
+        "any format and size are turned upright (EXIF) and become the model's view (its crop and resize); a "
+        "folder's unreadable files are skipped and named in one line.",
     )
     p.add_argument("model", help="a .keras file, a SavedModel folder, a .tflite or a .onnx file")
-    p.add_argument("images", nargs="+", metavar="IMAGE", help="JPEG, PNG, GIF, BMP or WebP files")
+    p.add_argument("images", nargs="+", metavar="IMAGE", help="JPEG, PNG, GIF, BMP or WebP files, or folders of "
+                   "them (searched recursively; class subfolders named as the model's classes add accuracy)")
     p.add_argument("--top", type=int, default=5, help="classes to print per image (default 5)")
+    p.add_argument("--out", default=None, metavar="CSV", help="also write the predictions here (CSV: path, "
+                   "classes and probabilities, label and correct for class subfolders)")
     p.set_defaults(func=_predict, check=_check_predict)
 
 

@@ -1,4 +1,4 @@
-"""tf.data input pipelines: sources (arrays, image folders, .tgz archives, tfds), the
+"""tf.data input pipelines: sources (arrays, image folders, CSV lists, .tgz archives, tfds), the
 official preprocessing (pixels to [-1, 1]), augmentation and batching.
 
 A source gives uint8 RGB images and integer labels with class names; `make_dataset`
@@ -6,15 +6,25 @@ turns a split into a batched `tf.data.Dataset` of (images in [-1, 1], one-hot la
 Datasets sorted by class are always shuffled with a fixed seed before any slicing, so
 no split or subset is biased towards the first classes.
 
-`data_source` is the one reading of a data spec ("digits", "tfds:NAME", a folder, an
+Folders and CSV lists of photos are streamed: a Split holds their paths and what each file's
+header said (keras_vit/images.py), never their pixels; `make_dataset` shuffles the paths, then
+reads, decodes and crops in parallel. A folder is `FOLDER/<class>/*` (split here, seeded:
+`file_splits`), `FOLDER/{train,val,test}/<class>/*`, or a CSV of `path,label[,split]` lines;
+files that cannot be read are left out, each named once in a summary line (`strict` refuses).
+
+`data_source` is the one reading of a data spec ("digits", "tfds:NAME", a folder, a CSV, an
 archive) for training and export alike; `load_image_set` reads the sample and calibration
 images of an export from any of those, or from files, arrays and datasets.
 """
 
+import contextlib
+import csv
+import json
 import logging
 import os
 import socket
 import tarfile
+import warnings
 
 import numpy as np
 import tensorflow as tf
@@ -23,6 +33,8 @@ import tensorflow as tf
 from keras_vit._optional import require
 from keras_vit.applications import IMAGE_EXTENSIONS, load_image, resize_images, scale_pixels, to_pixels, to_rgb
 from keras_vit.augment import check_rand_augment, rand_augment
+from keras_vit.images import (DECODE_PILLOW, decode, decode_eager, inspect_many, is_image_name, list_images,
+                              model_view)
 
 log = logging.getLogger("keras_vit")
 
@@ -34,17 +46,23 @@ AUTOTUNE = tf.data.AUTOTUNE
 class Split:
     """One split of a dataset: uint8 RGB images and int labels, with the class names.
 
-    Held in memory (`images` (N, H, W, 3), `labels` (N,)) for datasets that fit, or
-    streamed (`stream`: a tf.data.Dataset of (image, label) with `num_examples` known)
-    for large ones such as ImageNet from tfds.
+    Held in memory (`images` (N, H, W, 3), `labels` (N,)) for datasets that fit and share one
+    size; streamed from files (`files`: an `ImageFiles` of paths or encoded bytes, decoded as
+    they are read: folders and CSV lists of photos of any size); or streamed by the source
+    (`stream`: a tf.data.Dataset of (image, label) with `num_examples` known) for large ones
+    such as ImageNet from tfds. `names` name each image where known (the end-of-run report lists
+    images by them); `skipped` holds the source's unreadable files as (name, reason).
     """
 
-    def __init__(self, images, labels, class_names, origin, stream=None, num_examples=None):
+    def __init__(self, images, labels, class_names, origin, stream=None, num_examples=None, files=None, names=None):
         self.images = images
         self.labels = labels
         self.class_names = list(class_names)
         self.origin = origin
         self.stream = stream
+        self.files = files
+        self.names = names if names is not None else (files.names if files is not None else None)
+        self.skipped = []
         self.num_examples = len(labels) if stream is None else int(num_examples)
 
     def __len__(self):
@@ -54,11 +72,84 @@ class Split:
         """A tf.data.Dataset of (uint8 image, int label)."""
         if self.stream is not None:
             return self.stream
+        if self.files is not None:
+            return self.files.decoded(self.files.listing(self.labels))
         return tf.data.Dataset.from_tensor_slices((self.images, self.labels))
 
+    def take(self, indices, name):
+        """The examples at `indices`, as a Split named `origin [name]`."""
+        if self.stream is not None:
+            raise ValueError(f"{self.origin} is streamed; split it with the source's own slicing "
+                             "(for tfds: validation_split does this).")
+        indices = np.asarray(indices, dtype=np.int64)
+        names = None if self.names is None else [self.names[i] for i in indices]
+        origin = f"{self.origin} [{name}]"
+        if self.files is not None:
+            split = Split(None, self.labels[indices], self.class_names, origin, files=self.files.take(indices))
+        else:
+            split = Split(self.images[indices], self.labels[indices], self.class_names, origin, names=names)
+        split.skipped = self.skipped
+        return split
+
     def __repr__(self):
-        shape = "streamed" if self.stream is not None else f"{self.images.shape[1:]}"
+        shape = ("streamed" if self.stream is not None else "files" if self.files is not None
+                 else f"{self.images.shape[1:]}")
         return f"Split({self.origin}: {len(self)} images {shape}, {len(self.class_names)} classes)"
+
+
+class ImageFiles:
+    """Encoded images a Split streams: paths on disk or the bytes of an archive's members, with what
+    each header said (`keras_vit.images.inspect`: EXIF orientation, which decoder reads it)."""
+
+    def __init__(self, sources, infos, names=None):
+        self.sources = list(sources)
+        self.names = list(names) if names is not None else [os.fspath(s) for s in self.sources]
+        self.orientation = np.asarray([i.orientation for i in infos], np.int32).reshape(-1)
+        self.decoder = np.asarray([i.decoder for i in infos], np.int32).reshape(-1)
+        self.on_disk = not self.sources or not isinstance(self.sources[0], bytes)
+
+    def __len__(self):
+        return len(self.sources)
+
+    def take(self, indices):
+        taken = ImageFiles([], [])
+        taken.sources = [self.sources[i] for i in indices]
+        taken.names = [self.names[i] for i in indices]
+        taken.orientation, taken.decoder = self.orientation[indices], self.decoder[indices]
+        taken.on_disk = self.on_disk
+        return taken
+
+    def listing(self, labels):
+        """A tf.data.Dataset of (source, label, orientation, decoder): the files, not yet read."""
+        sources = [os.fspath(s) for s in self.sources] if self.on_disk else self.sources
+        return tf.data.Dataset.from_tensor_slices((tf.constant(sources, tf.string), np.asarray(labels, np.int64),
+                                                   self.orientation, self.decoder))
+
+    def decoded(self, listing):
+        """`listing`'s files read and decoded in parallel: a tf.data.Dataset of (uint8 RGB image, label),
+        and whatever the listing carries after its four fields."""
+        pillow = bool(np.any(self.decoder == DECODE_PILLOW))
+        on_disk = self.on_disk
+
+        def read(source, label, orientation, decoder, *rest):
+            data = tf.io.read_file(source) if on_disk else source
+            return (decode(data, orientation, decoder, pillow=pillow), label, *rest)
+
+        return listing.map(read, num_parallel_calls=AUTOTUNE, deterministic=True)
+
+    def read(self, index):
+        """One image, decoded here (numpy uint8 RGB)."""
+        from keras_vit.images import ImageInfo
+
+        source = self.sources[index]
+        if self.on_disk:
+            with open(source, "rb") as f:
+                source = f.read()
+        info = ImageInfo("", 1, 1, int(self.orientation[index]), int(self.decoder[index]))
+        try:
+            return decode_eager(source, info)
+        except ValueError as e:
+            raise ValueError(f"{self.names[index]} is not an image that can be read: {e}") from None
 
 
 def _as_rgb_uint8(images, origin):
@@ -119,11 +210,7 @@ def stratified_split(split, fraction, seed=0, names=("train", "validation")):
     rest_idx, held_idx = np.flatnonzero(~mask), np.flatnonzero(mask)
     rng.shuffle(rest_idx)
     rng.shuffle(held_idx)
-
-    def take(idx, name):
-        return Split(split.images[idx], split.labels[idx], split.class_names, f"{split.origin} [{name}]")
-
-    return take(rest_idx, names[0]), take(held_idx, names[1])
+    return split.take(rest_idx, names[0]), split.take(held_idx, names[1])
 
 
 def load_digits(seed=0, test_fraction=0.2):
@@ -139,133 +226,370 @@ def load_digits(seed=0, test_fraction=0.2):
     return {"train": train, "test": test}
 
 
-def _decode_all(items, origin):
-    """Decodes encoded images [(name, bytes)] in parallel into one uint8 array, checking sizes."""
-    names = [n for n, _ in items]
-    ds = tf.data.Dataset.from_tensor_slices([b for _, b in items])
-    ds = ds.map(lambda b: tf.io.decode_image(b, channels=3, expand_animations=False), num_parallel_calls=AUTOTUNE)
-    images = []
+def _decode_all(items, infos, origin):
+    """Decodes encoded images [(name, bytes)] in parallel into one uint8 array (one upright size)."""
+    files = ImageFiles([b for _, b in items], infos, [n for n, _ in items])
+    ds = files.decoded(files.listing(np.zeros(len(items), np.int64))).map(lambda image, _: image)
     try:
-        for i, image in enumerate(ds.as_numpy_iterator()):
-            if images and image.shape != images[0].shape:
-                raise ValueError(
-                    f"{origin}: images of mixed sizes: {names[0]} is {images[0].shape[1]}x{images[0].shape[0]}, "
-                    f"{names[i]} is {image.shape[1]}x{image.shape[0]}. Resize the dataset to one size."
-                )
-            images.append(image)
+        return np.stack(list(ds.as_numpy_iterator()))
     except tf.errors.InvalidArgumentError:
-        for name, data in items:  # find the culprit; only on the error path
-            try:
-                tf.io.decode_image(data, channels=3, expand_animations=False)
-            except tf.errors.InvalidArgumentError:
-                raise ValueError(f"{name} is not a readable image ({', '.join(IMAGE_EXTENSIONS)}).") from None
+        for i in range(len(items)):  # find the culprit; only on the error path
+            files.read(i)
         raise
-    return np.stack(images)
 
 
-def _class_folders(split_dir):
-    try:
-        classes = sorted(e.name for e in os.scandir(split_dir) if e.is_dir())
-    except OSError as e:
-        raise ValueError(f"Cannot read the data folder {split_dir}: {e.strerror}.") from None
-    if not classes:
-        raise ValueError(f"{split_dir} has no class folders; expected {split_dir}/<class>/<image files>.")
-    return classes
+# Names of the split folders a data folder may have (FOLDER/{train,val,test}/<class>/*): the recipe's
+# train_split and test_split, and these for the validation images.
+VALIDATION_NAMES = ("val", "validation", "valid")
+DEFAULT_TEST_FRACTION = 0.1  # held out of FOLDER/<class>/* (no split of its own) when nothing says otherwise
 
 
-def load_image_folder(root, splits=("train", "test")):
-    """Reads `root/<split>/<class>/*.jpg|png` into memory; class names are the folder names.
-
-    Images of one dataset must share one size (a mix is reported with two example files);
-    a class folder without images, an empty or unreadable folder raise a ValueError naming
-    the path.
-    """
-    return _decode_splits(_folder_items(root, splits))
+def _split_key(name, splits):
+    """The split a folder or CSV name stands for: one of `splits` or "validation"; else None."""
+    if name in splits:
+        return name
+    return "validation" if name.lower() in VALIDATION_NAMES else None
 
 
-def _folder_items(root, splits):
-    """{split: (class names, [(path, path)], labels, origin)}: the files of each split, not yet read."""
-    root = os.fspath(root)
+def _folder_listing(root, splits):
+    """{split: [(name, path, class)]} of `root/<split>/<class>/**` or, without split folders,
+    {None: [...]} of `root/<class>/**`; the count of other (non-image) files."""
     if not os.path.isdir(root):
         raise ValueError(f"Data folder {root} does not exist or is not a folder.")
-    out, class_names = {}, None
-    for split in splits:
-        split_dir = os.path.join(root, split)
-        if not os.path.isdir(split_dir):
-            raise ValueError(f"Data folder {root} has no '{split}' folder; expected {root}/{split}/<class>/<images>.")
-        classes = _class_folders(split_dir)
-        if class_names is not None and classes != class_names:
-            raise ValueError(f"{split_dir} has classes {classes}, but {root}/{splits[0]} has {class_names}.")
-        class_names = classes
-        items, labels = [], []
-        for label, name in enumerate(classes):
-            folder = os.path.join(split_dir, name)
-            files = sorted(f for f in os.listdir(folder) if f.lower().endswith(IMAGE_EXTENSIONS))
+    try:
+        subdirs = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
+    except OSError as e:
+        raise ValueError(f"Cannot read the data folder {root}: {e.strerror}.") from None
+    first = os.path.join(root, splits[0])
+    split_layout = os.path.isdir(first) and any(e.is_dir() for e in os.scandir(first))
+    groups = {}
+    if split_layout:
+        for name in subdirs:
+            key = _split_key(name, splits)
+            if key is not None:
+                groups[key] = os.path.join(root, name)
+    elif splits[0] in subdirs and not list_images(first, recursive=False)[0]:  # a split folder, empty
+        raise ValueError(f"{first} has no class folders; expected {first}/<class>/<image files>.")
+    else:
+        if not subdirs:
+            raise ValueError(f"Data folder {root} has no class folders; expected {root}/<class>/<images> "
+                             f"(split here) or {root}/{splits[0]}/<class>/<images>.")
+        groups[None] = root
+    out, others = {}, 0
+    for key, folder in groups.items():
+        classes = sorted(e.name for e in os.scandir(folder) if e.is_dir() and not e.name.startswith("."))
+        if not classes:
+            raise ValueError(f"{folder} has no class folders; expected {folder}/<class>/<image files>.")
+        rows = []
+        for cls in classes:
+            files, other = list_images(os.path.join(folder, cls))
+            others += len(other)
             if not files:
-                raise ValueError(f"Class folder {folder} has no images ({', '.join(IMAGE_EXTENSIONS)}).")
-            items.extend((os.path.join(folder, f),) * 2 for f in files)
-            labels.extend([label] * len(files))
-        out[split] = (classes, items, labels, split_dir)
-    return out
+                raise ValueError(f"Class folder {os.path.join(folder, cls)} has no images "
+                                 f"({', '.join(IMAGE_EXTENSIONS)}).")
+            rows.extend((f, f, cls) for f in files)
+        out[key] = rows
+    return out, others
 
 
-def load_image_archive(path, splits=("train", "test")):
-    """Reads a .tar/.tgz holding `[top/]<split>/<class>/*.jpg` (the layout of cifar10-jpeg.tgz)."""
-    return _decode_splits(_archive_items(path, splits))
+def _csv_listing(path, splits):
+    """{split or None: [(name, path, class)]} from a CSV of `path,label[,split]` lines (paths relative
+    to the CSV's folder; an optional header line names the columns)."""
+    base = os.path.dirname(os.path.abspath(path))
+    out = {}
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            rows = [r for r in csv.reader(line for line in f if not line.startswith("#"))
+                    if r and any(c.strip() for c in r)]
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise ValueError(f"Cannot read the CSV {path}: {e}.") from None
+    header = bool(rows) and [c.strip().lower() for c in rows[0][:2]] == ["path", "label"]
+    for number, row in enumerate(rows[1:] if header else rows, 2 if header else 1):
+        if len(row) not in (2, 3) or not row[0].strip() or not row[1].strip():
+            raise ValueError(f"{path}, row {number}: expected path,label or path,label,split; got {row!r}.")
+        key = None
+        if len(row) == 3 and row[2].strip():
+            key = _split_key(row[2].strip(), splits)
+            if key is None:
+                raise ValueError(f"{path}, row {number}: unknown split {row[2].strip()!r}; use "
+                                 f"{', '.join(splits)} or val.")
+        file = os.path.join(base, row[0].strip())
+        out.setdefault(key, []).append((file, file, row[1].strip()))
+    if not out:
+        raise ValueError(f"{path} lists no images; expected lines of path,label (an optional third column: "
+                         f"the split, {', '.join(splits)} or val).")
+    if None in out and len(out) > 1:
+        raise ValueError(f"{path}: some lines name a split and some do not; name one on every line or on none.")
+    return out, 0
 
 
-def _archive_items(path, splits):
-    """{split: (class names, [(name, bytes)], labels, origin)}: the encoded images of each split."""
-    path = os.fspath(path)
-    members = {split: {} for split in splits}
+def _archive_listing(path, splits):
+    """{split: [(name, bytes, class)]} of an archive's `[top/]<split>/<class>/*`, or {None: ...} of
+    `[top/]<class>/*` when it has no split folders; the count of other files."""
+    members, others = [], 0
     try:
         with tarfile.open(path, "r:*") as archive:
             for member in archive:
-                if not member.isfile() or not member.name.lower().endswith(IMAGE_EXTENSIONS):
+                if not member.isfile():
+                    continue
+                if not is_image_name(member.name):
+                    others += 1
                     continue
                 parts = member.name.strip("./").split("/")
-                if len(parts) < 3 or parts[-3] not in members:
-                    continue
-                split, cls = parts[-3], parts[-2]
-                members[split].setdefault(cls, []).append((f"{path}:{member.name}", archive.extractfile(member).read()))
+                if len(parts) >= 2:
+                    members.append((parts, f"{path}:{member.name}", archive.extractfile(member).read()))
     except (tarfile.TarError, OSError, EOFError) as e:
         raise ValueError(f"Cannot read the image archive {path}: {e}.") from None
-    out, class_names = {}, None
-    for split in splits:
-        classes = sorted(members[split])
-        if not classes:
-            raise ValueError(f"{path} has no images under {split}/<class>/; expected [top/]{split}/<class>/<images>.")
-        if class_names is not None and classes != class_names:
-            raise ValueError(f"{path}: {split} has classes {classes}, but {splits[0]} has {class_names}.")
-        class_names = classes
-        items, labels = [], []
-        for label, cls in enumerate(classes):
-            for item in sorted(members[split][cls]):
-                items.append(item)
-                labels.append(label)
-        out[split] = (classes, items, labels, f"{path}:{split}")
-    return out
-
-
-def _decode_splits(listed, max_images=None, rng=None):
-    """Decodes what `_folder_items`/`_archive_items` listed into Splits; with `max_images`, only a
-    random `max_images` of a larger split (`_pick`'s, as if all were decoded and then sampled)."""
     out = {}
-    for split, (classes, items, labels, origin) in listed.items():
-        labels = np.asarray(labels, dtype=np.int64)
-        keep = _pick(len(items), max_images, rng)
-        items, labels = [(items[i][0], _read(items[i][1])) for i in keep], labels[keep]
-        log.info("decoding %d images of %s", len(items), origin)
-        out[split] = from_arrays(_decode_all(items, origin), labels, classes, origin=origin)
+    split_layout = any(len(p) >= 3 and p[-3] == splits[0] for p, _, _ in members)
+    for parts, name, data in members:
+        if split_layout:
+            key = _split_key(parts[-3], splits) if len(parts) >= 3 else None
+            if key is not None:
+                out.setdefault(key, []).append((name, data, parts[-2]))
+        else:
+            out.setdefault(None, []).append((name, data, parts[-2]))
+    if not out:
+        raise ValueError(f"{path} has no images under {splits[0]}/<class>/; expected [top/]{splits[0]}/<class>/<images> "
+                         "or [top/]<class>/<images>.")
+    for key in out:
+        out[key].sort(key=lambda row: (row[2], row[0]))
+    return out, others
+
+
+def _listing(spec, splits):
+    """(kind, {split or None: [(name, source, class)]}, other files) of a folder, CSV or archive spec."""
+    kind, value = data_source(spec)
+    if kind == "folder":
+        return kind, *_folder_listing(value, splits)
+    if kind == "csv":
+        return kind, *_csv_listing(value, splits)
+    if kind == "archive":
+        return kind, *_archive_listing(value, splits)
+    raise ValueError(f"{spec} is a {kind} data source, not image files.")
+
+
+def _scan(rows, what, strict):
+    """Reads every listed file's header (never its pixels); returns (usable rows and their ImageInfos,
+    skipped [(name, reason)]). One summary line names what is left out; `strict` refuses instead."""
+    infos = inspect_many([row[1] for row in rows])
+    kept, skipped = [], []
+    for row, info in zip(rows, infos):
+        if info.problem is None:
+            kept.append((row, info))
+        else:
+            skipped.append((row[0], info.problem))
+    if skipped:
+        shown = "; ".join(f"{name} ({reason})" for name, reason in skipped[:5])
+        more = f"; and {len(skipped) - 5} more" if len(skipped) > 5 else ""
+        if strict:
+            raise ValueError(f"{what}: {len(skipped)} of {len(rows)} files cannot be used (strict=true refuses them): "
+                             f"{shown}{more}. Remove or repair them, or leave strict off to skip them.")
+        log.warning("skipped %d of %d files of %s that cannot be used: %s%s", len(skipped), len(rows), what,
+                    shown, more)
+    if not kept:
+        raise ValueError(f"{what}: none of its {len(rows)} image files can be read"
+                         + (f" ({skipped[0][0]}: {skipped[0][1]})" if skipped else "") + ".")
+    return kept, skipped
+
+
+def _files_split(kept, class_names, origin, in_memory=False):
+    """A Split of scanned rows [((name, source, class), info)]: streamed from its files, or (archives
+    whose images share one upright size and fit IN_MEMORY_LIMIT) decoded into memory once."""
+    index = {c: i for i, c in enumerate(class_names)}
+    labels = np.asarray([index[row[2]] for row, _ in kept], np.int64)
+    names = [row[0] for row, _ in kept]
+    infos = [info for _, info in kept]
+    if in_memory and kept:
+        sizes = {info.upright_size for info in infos}
+        if len(sizes) == 1 and len(kept) * 3 * np.prod(next(iter(sizes))) <= IN_MEMORY_LIMIT:
+            log.info("decoding %d images of %s", len(kept), origin)
+            images = _decode_all([(row[0], row[1]) for row, _ in kept], infos, origin)
+            return Split(images, labels, class_names, origin, names=names)
+    return Split(None, labels, class_names, origin, files=ImageFiles([row[1] for row, _ in kept], infos, names))
+
+
+def file_splits(spec, splits=("train", "test"), *, seed=0, test_fraction=DEFAULT_TEST_FRACTION, strict=False,
+                decode=True):
+    """The splits of a folder, a CSV or an archive of images, every file's header read first.
+
+    `FOLDER/<split>/<class>/**` (and `val/` or `validation/`, returned as "validation"),
+    `FOLDER/<class>/**` with no split of its own (`test_fraction` of every class held out as
+    `splits[-1]`, seeded), a CSV of `path,label[,split]` lines, or an archive of either folder
+    layout. Unreadable files are left out and named in one summary line (`strict=True` refuses
+    them); each Split's `skipped` lists them. Folders and CSVs stream from disk; an archive whose
+    images share one size is decoded into memory once, as before (`decode=False`: streamed from
+    its bytes, for a caller that reads a few).
+
+    Example:
+    >>> splits = file_splits("my_photos", seed=0, test_fraction=0.2)   # my_photos/<class>/*.jpg
+    >>> splits["train"], splits["test"]
+    """
+    kind, listed, others = _listing(spec, splits)
+    if others:
+        log.info("%s: %d files without an image extension (%s) left out", spec, others, ", ".join(IMAGE_EXTENSIONS))
+    rows = [(*row, key) for key, group in listed.items() for row in group]
+    kept, skipped = _scan(rows, spec, strict)
+    class_names = sorted({row[2] for group in listed.values() for row in group})
+    usable = {c: 0 for c in class_names}
+    for row, _ in kept:
+        usable[row[2]] += 1
+    empty = [c for c, n in usable.items() if not n]
+    if empty:
+        raise ValueError(f"{spec}: class(es) {', '.join(empty)} have no readable images; remove the class "
+                         "folder(s) or add images.")
+    by_key = {}
+    for row, info in kept:
+        by_key.setdefault(row[3], []).append((row, info))
+    out = {}
+    in_memory = kind == "archive" and decode
+    if None in by_key:  # no split of its own: a seeded, stratified test split
+        few = [c for c, n in usable.items() if n < 2]
+        if few:
+            raise ValueError(f"{spec}: class(es) {', '.join(few)} have one readable image; a class needs two, "
+                             "one to train on and one to test.")
+        whole = _files_split(by_key[None], class_names, str(spec), in_memory)
+        out["train"], out["test"] = stratified_split(whole, test_fraction, seed=seed, names=("train", "test"))
+        log.info("%s has no split folders: %g%% of every class held out as its test split (seed %d)",
+                 spec, 100 * test_fraction, seed)
+    for key, group in by_key.items():
+        if key is not None:
+            origin = (f"{spec}:{key}" if kind == "archive" else os.path.join(os.fspath(spec), key)
+                      if kind == "folder" else f"{spec} [{key}]")
+            out[key] = _files_split(group, class_names, origin, in_memory)
+    for name in splits:
+        if name in out:
+            continue
+        if None in by_key:
+            raise ValueError(f"{spec} has no split folders: its splits are train and test (test held out, seeded), "
+                             f"not {name!r}.")
+        if len(splits) > 1 and name == splits[-1] and splits[0] in out:
+            out[splits[0]], out[name] = stratified_split(out[splits[0]], test_fraction, seed=seed, names=(splits[0], name))
+            log.info("%s has no %s split: %g%% of every class of %s held out as it (seed %d)", spec, name,
+                     100 * test_fraction, splits[0], seed)
+            continue
+        raise ValueError(f"Data {'folder' if kind == 'folder' else kind} {spec} has no '{name}' split; expected "
+                         f"{spec}/{name}/<class>/<images>.")
+    out = {k: v for k, v in out.items() if k in splits or k == "validation"}
+    for split in out.values():
+        split.skipped = skipped
     return out
 
 
-def _read(data):
-    """An item's bytes: archives hold them, folders list their paths."""
-    if isinstance(data, bytes):
-        return data
-    with open(data, "rb") as fh:
-        return fh.read()
+SPLIT_RECORD = "data_split.csv"  # in the model dir: which file went to which split, a data spec itself
+_RECORD_HEAD = "# keras-vit data split: "
+
+
+def training_splits(spec, *, train_split="train", test_split="test", seed=0, test_fraction=DEFAULT_TEST_FRACTION,
+                    validation_split=0.0, max_train_examples=None, strict=False, record_dir=None, write_record=True):
+    """(train, validation or None, test) Splits of a folder or a CSV for a training run, streamed.
+
+    As `file_splits`, then a stratified subset of `max_train_examples` training images and a
+    stratified `validation_split` of them held out (unless the data has its own `val/` split),
+    all seeded. With `record_dir` (the model dir), the split is written there as `data_split.csv`
+    (path,label,split lines; itself a data spec) and read back by the next run with the same
+    settings, so a resumed or re-run job trains and tests on the same files even when files were
+    added to or removed from the folder since.
+    """
+    from keras_vit._files import atomic_path
+
+    settings = {"data": os.path.abspath(os.fspath(spec)), "seed": seed, "test_fraction": test_fraction,
+                "validation_split": validation_split, "max_train_examples": max_train_examples,
+                "train_split": train_split, "test_split": test_split}
+    record = os.path.join(record_dir, SPLIT_RECORD) if record_dir else None
+    recorded = _read_record(record, settings, strict) if record and os.path.isfile(record) else None
+    if recorded is not None:
+        train, validation, test = recorded
+        _note_unrecorded(spec, (train_split, test_split), record)
+    else:
+        splits = file_splits(spec, (train_split, test_split), seed=seed, test_fraction=test_fraction, strict=strict)
+        train, test, validation = splits[train_split], splits[test_split], splits.get("validation")
+        if max_train_examples and int(max_train_examples) < len(train):
+            train, _ = stratified_split(train, 1.0 - int(max_train_examples) / len(train), seed=seed)
+        if validation is not None:
+            if validation_split:
+                log.info("%s has its own validation split (%d images): validation_split=%g is not used", spec,
+                         len(validation), validation_split)
+        elif validation_split:
+            train, validation = stratified_split(train, validation_split, seed=seed)
+    if record and write_record and recorded is None:
+        lines = [_RECORD_HEAD + json.dumps({**settings, "class_names": train.class_names}) + "\n"]
+        lines += [f"# skipped: {name}\t{reason}\n" for name, reason in train.skipped]
+        with atomic_path(record, suffix=".csv") as tmp:
+            with open(tmp, "w", newline="", encoding="utf-8") as f:
+                f.writelines(lines)
+                writer = csv.writer(f)
+                writer.writerow(["path", "label", "split"])
+                for name, split in ((train_split, train), ("val", validation), (test_split, test)):
+                    if split is not None:
+                        writer.writerows([os.path.abspath(path), split.class_names[label], name]
+                                         for path, label in zip(split.files.names, split.labels))
+    return train, validation, test
+
+
+def _read_record(record, settings, strict):
+    """The (train, validation, test) a `data_split.csv` records when it was made with `settings`, else None."""
+    with open(record, encoding="utf-8") as f:
+        head = f.readline()
+    try:
+        saved = json.loads(head[len(_RECORD_HEAD):]) if head.startswith(_RECORD_HEAD) else None
+    except ValueError:
+        saved = None
+    if not isinstance(saved, dict) or {k: saved.get(k) for k in settings} != settings:
+        log.info("%s was made for other data or settings: making a new split (it is replaced)", record)
+        return None
+    names = (settings["train_split"], settings["test_split"])
+    listed, _ = _csv_listing(record, names)
+    rows = [(*row, key) for key, group in listed.items() for row in group]
+    kept, skipped = _scan(rows, record, strict)
+    class_names = list(saved["class_names"])
+    by_key = {}
+    for row, info in kept:
+        by_key.setdefault(row[3], []).append((row, info))
+    missing = [key for key in names if key not in by_key]
+    if missing:
+        raise ValueError(f"{record}: none of its {missing[0]} images can be read any more; train into a new "
+                         "--model-dir to split the data afresh.")
+    log.info("the split recorded in %s: the same files as the run that wrote it", record)
+    splits = [_files_split(by_key[key], class_names, f"{settings['data']} [{key}]") if key in by_key else None
+              for key in (names[0], "validation", names[1])]
+    for split in splits:
+        if split is not None:
+            split.skipped = skipped
+    return tuple(splits)
+
+
+def _note_unrecorded(spec, names, record):
+    """One line when the data holds images that the recorded split does not (added since it was made)."""
+    try:
+        _, listed, _ = _listing(spec, names)
+        recorded, _ = _csv_listing(record, names)
+    except ValueError:
+        return
+    known = {os.path.abspath(row[0]) for group in recorded.values() for row in group}
+    with open(record, encoding="utf-8") as f:  # files the first run skipped are not new either
+        known |= {os.path.abspath(line[len("# skipped: "):].split("\t", 1)[0]) for line in f
+                  if line.startswith("# skipped: ")}
+    new = [row[0] for group in listed.values() for row in group if os.path.abspath(row[0]) not in known]
+    if new:
+        log.warning("%d images of %s are not in the split recorded in %s (added since?): they are not used; "
+                    "train into a new --model-dir to split the data afresh", len(new), spec, record)
+
+
+def load_image_folder(root, splits=("train", "test"), **kwargs):
+    """The splits of a folder of images, streamed from disk: `root/<split>/<class>/**` (and
+    `root/val/<class>/**` as "validation"), or `root/<class>/**` split here (seeded). Any size and
+    format; see `file_splits` for the arguments.
+    """
+    if not os.path.isdir(root):
+        raise ValueError(f"Data folder {root} does not exist or is not a folder.")
+    return file_splits(os.fspath(root), splits, **kwargs)
+
+
+def load_image_archive(path, splits=("train", "test"), **kwargs):
+    """Reads a .tar/.tgz holding `[top/]<split>/<class>/*.jpg` (the layout of cifar10-jpeg.tgz) or
+    `[top/]<class>/*`; see `file_splits`."""
+    return file_splits(os.fspath(path), splits, **kwargs)
 
 
 # How `keras-vit train` takes a folder of images in place of a tfds data set.
@@ -329,8 +653,8 @@ def data_source(spec):
 
     "digits" -> ("digits", None); "tfds:NAME" or a bare name that is no path -> ("tfds",
     NAME); an existing folder -> ("folder", path); an existing file (a .tar/.tgz) ->
-    ("archive", path). A path that does not exist (it has a separator or an archive's
-    extension) is a ValueError naming it.
+    ("archive", path), a .csv file -> ("csv", path). A path that does not exist (it has a
+    separator or an archive's extension) is a ValueError naming it.
 
     Example:
     >>> data_source("tfds:cifar10")
@@ -344,25 +668,25 @@ def data_source(spec):
     if os.path.isdir(spec):
         return "folder", spec
     if os.path.isfile(spec):
-        return "archive", spec
-    if os.sep in spec or spec.endswith(ARCHIVE_EXTENSIONS):
-        raise ValueError(f"Data path {spec} does not exist: give an existing folder of train/<class>/ and "
-                         "test/<class>/ images, an archive (.tgz) of one, digits (scikit-learn's, installed with "
-                         "keras-vit[digits]) or tfds:NAME.")
+        return ("csv" if spec.lower().endswith(".csv") else "archive"), spec
+    if os.sep in spec or spec.endswith(ARCHIVE_EXTENSIONS + (".csv",)):
+        raise ValueError(f"Data path {spec} does not exist: give an existing folder of <class>/ images (or of "
+                         "train/<class>/ and test/<class>/), a CSV of path,label lines, an archive (.tgz) of a "
+                         "folder, digits (scikit-learn's, installed with keras-vit[digits]) or tfds:NAME.")
     return "tfds", spec
 
 
-def load_data(spec, splits=("train", "test"), *, local_data=TRAIN_LOCAL_DATA):
-    """Resolves a data spec (see `data_source`): "digits", "tfds:NAME", a folder, a .tar/.tgz, or a tfds name.
+def load_data(spec, splits=("train", "test"), *, local_data=TRAIN_LOCAL_DATA, **kwargs):
+    """Resolves a data spec (see `data_source`): "digits", "tfds:NAME", a folder, a CSV, a .tar/.tgz,
+    or a tfds name. `kwargs` go to `file_splits` for folders, CSVs and archives (seed, test_fraction,
+    strict, decode).
 
     `local_data`: how the caller takes a folder instead of tfds, named when tfds is offline."""
     kind, value = data_source(spec)
     if kind == "digits":
         return load_digits()
-    if kind == "folder":
-        return load_image_folder(value, splits)
-    if kind == "archive":
-        return load_image_archive(value, splits)
+    if kind in ("folder", "csv", "archive"):
+        return file_splits(value, splits, **kwargs)
     return load_tfds(value, splits, local_data=local_data)
 
 
@@ -384,44 +708,54 @@ def inception_crop(image, size, min_area=0.05, seed=None):
 
 
 def pad_crop(image, size, pad):
-    """Pads by `pad` pixels (reflect) and takes a random crop of `size`: the CIFAR standard."""
-    image = tf.image.resize(image, size) if image.shape[:2] != tuple(size) else tf.cast(image, tf.float32)
+    """Pads by `pad` pixels (reflect) and takes a random crop of `size`: the CIFAR standard
+    (an image of another size is resized to `size` first, antialiased)."""
+    image = model_view(image, size)
     image = tf.pad(image, [[pad, pad], [pad, pad], [0, 0]], mode="REFLECT")
     return tf.image.random_crop(image, tuple(size) + (3,))
 
 
-def center_resize(image, size, crop_fraction=1.0):
-    """Evaluation: central crop of `crop_fraction` of the shorter side, resized to `size`."""
-    image = tf.cast(image, tf.float32)
-    if crop_fraction < 1.0:
-        shape = tf.shape(image)
-        side = tf.cast(tf.cast(tf.minimum(shape[0], shape[1]), tf.float32) * crop_fraction, tf.int32)
-        image = tf.image.crop_to_bounding_box(image, (shape[0] - side) // 2, (shape[1] - side) // 2, side, side)
-    if image.shape[:2] == tuple(size):
-        return image
-    return tf.image.resize(image, size, method="bilinear", antialias=True)
+def center_resize(image, size, crop_fraction=1.0, interpolation="bilinear"):
+    """Evaluation: central crop of `crop_fraction` of the shorter side, resized to `size`: the
+    model's view of an image, `keras_vit.images.model_view`."""
+    return model_view(image, size, crop_fraction, interpolation)
 
 
 def make_dataset(split, image_size, batch_size, *, training, num_classes=None, crop="pad", min_area=0.05,
                  pad=4, flip=True, randaugment=None, mixup=0.0, cutmix=0.0, crop_fraction=1.0, seed=0,
-                 repeat=False, drop_remainder=None):
+                 repeat=False, drop_remainder=None, interpolation="bilinear", with_index=False):
     """A batched tf.data pipeline of (images in [-1, 1], one-hot float labels) from a Split.
 
     Training: shuffle (seeded), crop ("inception": area `min_area`-100%; "pad": reflect-pad
     and random crop; "none": resize), horizontal flips, optional RandAugment (num_ops,
     magnitude on the paper's 0-10 scale: keras_vit.augment), then MixUp / CutMix on batches (alpha > 0 enables,
-    one of them per batch when both are set). Evaluation: central crop and resize.
+    one of them per batch when both are set). Evaluation: the model's view, `keras_vit.images.model_view`
+    (central crop of `crop_fraction` of the shorter side, `interpolation` resize).
+
+    A Split streamed from files is shuffled as a list of paths (all of them: the buffer holds names,
+    not pixels) and decoded in parallel as it is read; a file that fails to decode after its header
+    passed is dropped with TensorFlow's message in the log rather than stopping a run. With
+    `with_index` (evaluation only) the batches are (images, labels, index in the split): the
+    end-of-run report lines predictions up with files.
     """
     size = tuple(image_size) if not isinstance(image_size, int) else (image_size, image_size)
     num_classes = num_classes or len(split.class_names)
     if len(split) == 0:
         raise ValueError(f"{split.origin}: no images; refusing to train or evaluate on zero examples.")
-    ds = split.elements()
+    if with_index and training:
+        raise ValueError("with_index is for evaluation pipelines.")
+    files = split.files
+    ds = files.listing(split.labels) if files is not None else split.elements()
+    if with_index:
+        ds = tf.data.Dataset.zip((ds, tf.data.Dataset.range(len(split)))).map(lambda element, i: (*element, i))
     if training:
-        ds = ds.shuffle(min(len(split), 50_000 if split.stream is None else 10_000), seed=seed,
-                        reshuffle_each_iteration=True)
+        buffer = len(split) if files is not None else min(len(split), 50_000 if split.stream is None else 10_000)
+        ds = ds.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
         if repeat:
             ds = ds.repeat()
+    if files is not None:
+        ds = files.decoded(ds).ignore_errors(log_warning=True)
+    if training:
         if randaugment:
             num_ops, magnitude = check_rand_augment(randaugment)
 
@@ -445,13 +779,26 @@ def make_dataset(split, image_size, batch_size, *, training, num_classes=None, c
         if mixup or cutmix:
             ds = ds.map(_batch_mixer(mixup, cutmix, seed), num_parallel_calls=AUTOTUNE)
     else:
-        ds = ds.map(lambda im, lb: (to_model_range(center_resize(im, size, crop_fraction)), tf.one_hot(lb, num_classes)),
-                    num_parallel_calls=AUTOTUNE)
+        def view(image, label, *index):
+            image = to_model_range(center_resize(image, size, crop_fraction, interpolation))
+            return (image, tf.one_hot(label, num_classes), *index)
+
+        ds = ds.map(view, num_parallel_calls=AUTOTUNE)
         ds = ds.batch(batch_size, drop_remainder=bool(drop_remainder))
     options = tf.data.Options()
     # The in-memory tensors can be split by element across workers.
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     return ds.with_options(options).prefetch(AUTOTUNE)
+
+
+@contextlib.contextmanager
+def unknown_length_quiet():
+    """Around fit / evaluate on file-streamed splits: their evaluation datasets have no known length
+    (a file that fails to decode is dropped, not fatal), so Keras finds the end by reading to it and
+    warns "Your input ran out of data; interrupting training" once; nothing is interrupted."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Your input ran out of data", category=UserWarning)
+        yield
 
 
 def _batch_mixer(mixup, cutmix, seed):
@@ -555,18 +902,15 @@ def _split_labels(split, class_names, classes, what):
     return np.asarray([index[c] for c in split.class_names])[np.asarray(split.labels)]
 
 
-def _data_split(spec, split, what, max_images=None, rng=None):
-    """A split of a keras_vit.data source: an archive (.tgz/.tar), `root/<split>/<class>/` folders,
-    "digits" or "tfds:NAME". With `max_images`, a folder or an archive decodes only the random
-    `max_images` that `load_image_set` keeps (200 calibration images need not decode 50,000)."""
+def _data_split(spec, split, what):
+    """A split of a keras_vit.data source: an archive (.tgz/.tar), a folder, a CSV, "digits" or
+    "tfds:NAME". Folders, CSVs and archives come back streamed, nothing decoded: `load_image_set`
+    decodes only the images it keeps (200 calibration images need not decode 50,000)."""
     log.info("reading the %s split of %s for the %s", split, spec, what)
     try:
-        kind, value = data_source(spec)
-        if max_images and kind in ("folder", "archive"):
-            listed = (_folder_items if kind == "folder" else _archive_items)(value, (split,))
-            splits = _decode_splits(listed, max_images, rng)
-        else:
-            splits = load_data(spec, (split,))
+        kind, _ = data_source(spec)
+        extra = {"decode": False} if kind in ("folder", "csv", "archive") else {}
+        splits = load_data(spec, (split,), **extra)
     except (ValueError, OSError) as e:
         raise ValueError(f"{what}: cannot read the {split} split of {spec}: {e}") from None
     if split not in splits:
@@ -576,7 +920,8 @@ def _data_split(spec, split, what, max_images=None, rng=None):
 
 def _is_data_spec(path, split):
     """Whether `path` is a data source of keras_vit.data (as `data_source` reads it) rather than
-    images: a folder is one when it has a `split` subfolder; only "tfds:NAME" names a tfds set."""
+    images: a folder is one when it has a `split` subfolder (FOLDER/<class>/* is read as class
+    folders of images); a CSV always; only "tfds:NAME" names a tfds set."""
     try:
         kind, _ = data_source(path)
     except ValueError:
@@ -585,7 +930,7 @@ def _is_data_spec(path, split):
         return os.path.isdir(os.path.join(path, split))
     if kind == "archive":
         return path.lower().endswith(ARCHIVE_EXTENSIONS)
-    return kind == "digits" or path.startswith("tfds:")
+    return kind in ("digits", "csv") or path.startswith("tfds:")
 
 
 def load_image_set(source, image_size, *, class_names=None, classes=None, labelled=True, split="test",
@@ -612,7 +957,9 @@ def load_image_set(source, image_size, *, class_names=None, classes=None, labell
     """
     rng = np.random.default_rng(seed)
     if isinstance(source, (str, os.PathLike)) and _is_data_spec(os.fspath(source), split):
-        source = _data_split(os.fspath(source), split, what, max_images, rng)
+        source = _data_split(os.fspath(source), split, what)
+    if isinstance(source, Split) and source.images is None:
+        return _streamed_images(source, image_size, class_names, classes, labelled, max_images, rng, what)
     if isinstance(source, Split):
         labels = _split_labels(source, class_names, classes, what) if labelled else None
         images, labels = _subset(np.asarray(source.images), labels, max_images, rng)
@@ -646,6 +993,22 @@ def _pick(count, max_images, rng):
     if max_images and count > max_images:
         return rng.permutation(count)[:max_images]
     return np.arange(count)
+
+
+def _streamed_images(split, image_size, class_names, classes, labelled, max_images, rng, what):
+    """load_image_set for a streamed Split: a random `max_images` of it decoded (`_pick`), each resized."""
+    labels = _split_labels(split, class_names, classes, what) if labelled else None
+    keep = _pick(len(split), max_images, rng)
+    log.info("decoding %d images of %s", len(keep), split.origin)
+    if split.files is not None:
+        images = [split.files.read(int(i)) for i in keep]
+    else:  # a source's own stream (tfds): the first of it, as it comes
+        keep = np.arange(min(len(split), max_images or len(split)))
+        images = [np.asarray(image) for image, _ in split.stream.take(len(keep))]
+    images = np.stack([resize_images(image[None], image_size)[0] for image in images])
+    labels = None if labels is None else np.asarray(labels)[keep]
+    description = f"{split.origin} ({len(images)} images{', labelled' if labels is not None else ''})"
+    return images, labels, description
 
 
 def _subset(images, labels, max_images, rng):
@@ -703,7 +1066,8 @@ def _dataset_images(source, labelled, max_images, what):
 
 
 __all__ = [
-    "Split", "from_arrays", "stratified_split", "load_digits", "load_image_folder", "load_image_archive",
+    "Split", "ImageFiles", "file_splits", "training_splits", "SPLIT_RECORD", "from_arrays", "stratified_split",
+    "load_digits", "load_image_folder", "load_image_archive",
     "load_tfds", "data_source", "load_data", "load_image_set", "make_dataset", "to_model_range", "inception_crop",
     "pad_crop", "center_resize",
 ]

@@ -82,7 +82,15 @@ def _recipe_data(model_path):
         return None
     if not isinstance(config.get("data"), str):
         return None
-    return {"data": config["data"], "train_split": config.get("train_split", "train"),
+    data = config["data"]
+    try:  # a folder split by `keras-vit train` (FOLDER/<class>/*): the files it recorded, a CSV data spec
+        with open(metrics, encoding="utf-8") as f:
+            recorded = json.load(f).get("data_split")
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    if isinstance(recorded, str) and os.path.isfile(recorded):
+        data = recorded
+    return {"data": data, "train_split": config.get("train_split", "train"),
             "test_split": config.get("test_split", "test"), "metrics": metrics}
 
 
@@ -231,6 +239,11 @@ def _with_tflite_metadata(content, graph, quantize, sizes):
         output_descriptions=descriptions)
 
 
+def _view_text(model, size):
+    crop = "" if model.crop_pct >= 1.0 else f"central {model.crop_pct:g} of the shorter side, "
+    return f"{crop}{model.interpolation} resize to {size[0]}x{size[1]} (antialiased when shrinking)"
+
+
 def _size_text(num_bytes):
     return f"{num_bytes / 2**20:.1f} MiB" if num_bytes >= 2**20 else f"{num_bytes / 2**10:.0f} KiB"
 
@@ -244,12 +257,23 @@ def _scaling_text(model):
     return f"(x / 255 - mean) / std, mean {list(mean)}, std {list(std)}"
 
 
-def _reference(graph, images, batch_size=64):
-    """The Keras model's outputs on uint8 images (at a size it takes): the parity reference."""
+def _reference(graph, images, batch_size=64, view=False):
+    """The Keras model's outputs on uint8 images (at a size it takes): the parity reference. With `view`,
+    the images first become the model's view of them (its crop_pct and interpolation), as an export
+    that resizes in its graph sees them: computed here with TensorFlow's own resize op, so the graph's
+    weight matrices are checked too."""
     import tensorflow as tf
 
-    run = tf.function(lambda x: graph(preprocess_input(x, model=graph.model)),
-                      input_signature=[graph.input_spec(resize=False, size=images.shape[1:3])])
+    from keras_vit.images import model_view, view_policy
+
+    crop_pct, interpolation = view_policy(graph.model)
+
+    def run(x):
+        if view:
+            x = model_view(x, graph.image_size, crop_pct, interpolation)
+        return graph(preprocess_input(x, model=graph.model))
+
+    run = tf.function(run, input_signature=[graph.input_spec(resize=False, size=images.shape[1:3])])
     outputs = [run(tf.constant(images[i:i + batch_size])) for i in range(0, len(images), batch_size)]
     return {k: np.concatenate([o[k].numpy() for o in outputs]) for k in outputs[0]}
 
@@ -427,7 +451,8 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
             run = exported[i] if format == "tflite" else exported[0]
             log.info("checking parity against Keras on %d images from %s%s", len(images), sample_source,
                      "" if len(sizes) == 1 else f" at {size[0]}x{size[1]}")
-            reports[size] = _check_parity(graph, run, images, labels, kind, quantize, format, model.name, path)
+            reports[size] = _check_parity(graph, run, images, labels, kind, quantize, format, model.name, path,
+                                          view=format != "tflite" and resize)
         report = dict(reports[sizes[0]], sample_source=sample_source)
         metadata = _metadata(model, source, format, quantize, graph, report, sizes, resize, antialias)
         if format == "onnx":
@@ -591,9 +616,9 @@ def _write_export(graph, tmp, path, format, quantize, calibration, calibration_s
             for i, size in enumerate(sizes)]
 
 
-def _check_parity(graph, exported, images, labels, kind, quantize, format, name, path):
+def _check_parity(graph, exported, images, labels, kind, quantize, format, name, path, view=False):
     """Runs the export and the Keras model on `images`; the parity report, or a refusal."""
-    reference = _reference(graph, images)
+    reference = _reference(graph, images, view=view)
     try:
         outputs = exported(images)
     except Exception as e:
@@ -634,9 +659,11 @@ def _metadata(model, source, format, quantize, graph, report, sizes, resize, ant
         "signatures": ({signature_name(i, size): [None, *size, 3] for i, size in enumerate(sizes)}
                        if format == "tflite" else {"serving_default": [None, None, None, 3]}),
         "resize": resizes,
-        "preprocessing": (("bilinear resize to %dx%d%s, " % (*image_size, " (antialiased when shrinking)"
-                                                              if antialias else "")
-                           if resizes else "") + _scaling_text(model)),
+        "preprocessing": (_view_text(model, image_size) + ", " if resizes else "") + _scaling_text(model),
+        # the model's view of an image of another size: in the graph when it resizes, else the caller's
+        # (keras-vit predict applies it before a .tflite file): keras_vit.images.model_view
+        "crop_pct": float(model.crop_pct),
+        "interpolation": model.interpolation,
         "outputs": graph.output_names,
         "classes": int(model.classes),
         "class_names": getattr(model, "class_names", None),

@@ -27,8 +27,9 @@ import numpy as np
 
 from keras_vit._common import refuse_unknown_keywords
 from keras_vit._files import atomic_path
-from keras_vit.applications import preprocess_input, resize_images
+from keras_vit.applications import preprocess_input
 from keras_vit.data import Split, load_data
+from keras_vit.images import model_view, view_policy
 
 log = logging.getLogger("keras_vit")
 
@@ -137,26 +138,46 @@ def _input_size(model):
 
 
 def extract_features(model, images, batch_size=256, verbose="auto", what="images"):
-    """uint8 RGB images (N, H, W, 3), at any size, -> (N, D) float32 representations of `model`,
-    with a Keras progress bar for large sets."""
+    """uint8 RGB images (N, H, W, 3), at any size, or a sequence of images of different sizes -> (N, D)
+    float32 representations of `model`, each image seen as the model sees it (`keras_vit.images.model_view`
+    with the model's crop_pct and interpolation), with a Keras progress bar for large sets."""
     import keras
 
     features = feature_model(model)
     size = _input_size(model)
-    images = np.asarray(images)
+    crop_pct, interpolation = view_policy(model)
+    if not isinstance(images, (np.ndarray, _Files)):
+        images = list(images) if not isinstance(images, list) else images
     out = []
     steps = math.ceil(len(images) / batch_size)
     bar = keras.utils.Progbar(steps, unit_name="batch") if _show(verbose, steps) else None
     if bar is not None:
         log.info("features of %d %s", len(images), what)
     for i in range(steps):
-        batch = resize_images(images[i * batch_size:(i + 1) * batch_size], size)
+        chunk = images[i * batch_size:(i + 1) * batch_size]
+        if isinstance(chunk, np.ndarray):
+            batch = np.asarray(model_view(chunk, size, crop_pct, interpolation))
+        else:  # images of different sizes, one by one
+            batch = np.stack([np.asarray(model_view(image, size, crop_pct, interpolation)) for image in chunk])
         # convert_to_numpy: a torch tensor that requires grad refuses np.asarray
         out.append(keras.ops.convert_to_numpy(features(preprocess_input(batch, model=model), training=False))
                    .astype(np.float32))
         if bar is not None:
             bar.update(i + 1)
     return np.concatenate(out).reshape(len(images), -1)
+
+
+class _Files:
+    """Images of a file-streamed Split at `indices`, decoded when sliced (a batch at a time)."""
+
+    def __init__(self, files, indices):
+        self.files, self.indices = files, np.asarray(indices)
+
+    def __len__(self):
+        return len(self.indices)
+
+    def __getitem__(self, key):
+        return [self.files.read(int(i)) for i in self.indices[key]]
 
 
 def _show(verbose, steps):
@@ -171,7 +192,8 @@ def _class_pools(split, need, seeds):
     read once. Returns (images or None, labels, {class: indices})."""
     if split.stream is None:
         labels = np.asarray(split.labels)
-        return split.images, labels, {c: np.flatnonzero(labels == c) for c in range(len(split.class_names))}
+        images = split.images if split.files is None else split  # a file-streamed split: decoded when used
+        return images, labels, {c: np.flatnonzero(labels == c) for c in range(len(split.class_names))}
     want = need * seeds
     images, labels = [], []
     counts = np.zeros(len(split.class_names), int)
@@ -199,11 +221,13 @@ def _check_enough(pools, class_names, need, shots, holdout, origin):
 
 def _test_set(split, max_images, seed):
     if split.stream is None:
-        images, labels = split.images, np.asarray(split.labels)
+        labels = np.asarray(split.labels)
+        keep = np.arange(len(labels))
         if max_images and len(labels) > max_images:  # class-sorted folders: shuffle before taking
             keep = np.sort(np.random.default_rng(seed).permutation(len(labels))[:max_images])
-            images, labels = images[keep], labels[keep]
-        return images, labels
+        if split.files is not None:
+            return _Files(split.files, keep), labels[keep]
+        return split.images[keep], labels[keep]
     images, labels = [], []
     for image, label in split.elements().take(max_images or -1):
         images.append(np.asarray(image))
@@ -211,12 +235,13 @@ def _test_set(split, max_images, seed):
     return images, np.asarray(labels)
 
 
-def _at_size(images, size, idx=None):
-    """The images (those at `idx`) as one array; a list (a stream's images, of mixed sizes) is resized one by one."""
+def _pick(images, idx):
+    """The images at `idx`: an array's rows, a file-streamed Split's files (decoded when used), a list's items."""
     if isinstance(images, np.ndarray):
-        return images if idx is None else images[idx]
-    picked = images if idx is None else [images[i] for i in idx]
-    return np.stack([resize_images(np.asarray(im)[None], size)[0] for im in picked])
+        return images[idx]
+    if isinstance(images, Split):
+        return _Files(images.files, idx)
+    return [images[i] for i in idx]
 
 
 @refuse_unknown_keywords
@@ -264,7 +289,7 @@ def fewshot_evaluate(model, data, shots=(1, 5, 10, 25), seeds=3, *, holdout=10, 
         raise ValueError(f"data must name or hold '{train_split}' and '{test_split}' Splits.")
     class_names = train.class_names
     num_classes = len(class_names)
-    size = _input_size(model)
+    _input_size(model)  # a model that names no input size fails before any image is read
     need = shots[-1] + holdout
 
     pool_images, pool_labels, pools = _class_pools(train, need, seeds)
@@ -274,11 +299,11 @@ def fewshot_evaluate(model, data, shots=(1, 5, 10, 25), seeds=3, *, holdout=10, 
         rng = np.random.default_rng(seed)
         draws.append({c: rng.permutation(idx)[:need] for c, idx in pools.items()})
     used = np.unique(np.concatenate([idx for draw in draws for idx in draw.values()]))
-    used_features = extract_features(model, _at_size(pool_images, size, used), batch_size, verbose, "training images")
+    used_features = extract_features(model, _pick(pool_images, used), batch_size, verbose, "training images")
     row = {int(i): r for r, i in enumerate(used)}
 
     test_x, test_y = _test_set(test, test_images, seed=0)
-    test_features = extract_features(model, _at_size(test_x, size), batch_size, verbose, "test images")
+    test_features = extract_features(model, test_x, batch_size, verbose, "test images")
 
     results = {}
     for n in shots:

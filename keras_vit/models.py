@@ -13,6 +13,7 @@ from keras import ops
 from keras_vit._common import check_keywords, keywords_of
 from keras_vit._common import register as _register
 from keras_vit._common import to_pair as _pair
+from keras_vit.images import view_policy
 from keras_vit.layers import ImageSizeCheck, PatchEncoder, TransformerBlock, grid_size
 from keras_vit.presets import PRESETS, VARIANTS, canonical_variant  # noqa: F401 (VARIANTS is public here)
 from keras_vit.stem import ROOTS, check_first_stride, check_norm, resnet_stem, stem_stride
@@ -206,6 +207,13 @@ class VisionTransformer(keras.Model):
             Needs classifier="token", no representation_size, no fc_norm. Training the two
             heads apart (the class head on labels, the distillation head on a teacher's):
             `keras_vit.distill`.
+        crop_pct: how an image of any size becomes the model's input at evaluation
+            (`keras_vit.images.model_view`, used by training's evaluation, predict, fewshot,
+            visualize and every export's graph): the central `crop_pct` of the shorter side,
+            resized to the model's size (1.0, the default: the whole image, the paper's plain
+            resize). A timm checkpoint's own `crop_pct` is read with it.
+        interpolation: the resize of that view, "bilinear" (default) or "bicubic", antialiased
+            when shrinking; a timm checkpoint's own `interpolation` is read with it.
 
     Example:
     >>> model = VisionTransformer(image_size=32, patch_size=4, hidden_size=64, num_layers=2,
@@ -248,6 +256,8 @@ class VisionTransformer(keras.Model):
         pixel_mean=(0.5, 0.5, 0.5),
         pixel_std=(0.5, 0.5, 0.5),
         distillation=False,
+        crop_pct=1.0,
+        interpolation="bilinear",
         **kwargs,
     ):
         check_keywords(kwargs, vit_keywords(), "VisionTransformer")
@@ -260,7 +270,7 @@ class VisionTransformer(keras.Model):
             channels=channels, class_names=class_names, attention_implementation=attention_implementation,
             variant=variant, dynamic_image_size=dynamic_image_size, posemb_resample=posemb_resample,
             layer_norm_epsilon=layer_norm_epsilon, fc_norm=fc_norm, pixel_mean=pixel_mean, pixel_std=pixel_std,
-            distillation=distillation))
+            distillation=distillation, crop_pct=crop_pct, interpolation=interpolation))
         inputs, x, args["channels"] = _model_input(input_tensor, args)
         stages = {"images": inputs}  # the feature API's cut points (see `stage_model`)
         x = _encoder(x, args, stages)
@@ -448,6 +458,8 @@ class VisionTransformer(keras.Model):
             "pixel_mean": self.pixel_mean,
             "pixel_std": self.pixel_std,
             "distillation": self.distillation,
+            "crop_pct": self.crop_pct,
+            "interpolation": self.interpolation,
         }
 
     @classmethod
@@ -477,6 +489,7 @@ def _check_arguments(args):
     a["pixel_mean"], a["pixel_std"] = _pixel_stats(a["pixel_mean"], "pixel_mean"), _pixel_stats(a["pixel_std"], "pixel_std")
     if min(a["pixel_std"]) <= 0:
         raise ValueError(f"pixel_std must be positive, got {a['pixel_std']}.")
+    a["crop_pct"], a["interpolation"] = view_policy(crop_pct=a["crop_pct"], interpolation=a["interpolation"])
     if a["class_names"] is not None:
         a["class_names"] = [str(c) for c in a["class_names"]]
         if not a["include_top"] or len(a["class_names"]) != a["classes"]:

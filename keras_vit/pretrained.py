@@ -207,12 +207,38 @@ def _timm_args(config, tensors, where):
         layer_norm_epsilon=1e-6,
         pixel_mean=mean,
         pixel_std=std,
+        **_timm_view(pcfg, where),
     )
     label_names = config.get("label_names", pcfg.get("label_names"))
     descriptions = config.get("label_descriptions", pcfg.get("label_descriptions"))
     if num_classes:
         args["class_names"] = _class_names(label_names, num_classes, descriptions)
     return args, bool(margs.get("qkv_bias", True))
+
+
+def _timm_view(pcfg, where):
+    """The evaluation view timm's pretrained_cfg names (crop_pct, interpolation), where it names one."""
+    view = {}
+    if pcfg.get("interpolation") in ("bilinear", "bicubic"):
+        view["interpolation"] = pcfg["interpolation"]
+    if pcfg.get("crop_pct") is not None:
+        if pcfg.get("crop_mode", "center") != "center":
+            log.info("%s: timm crop_mode=%r is read as a centre crop", where, pcfg["crop_mode"])
+        view["crop_pct"] = min(float(pcfg["crop_pct"]), 1.0)
+    return view
+
+
+def _transformers_view(preprocessor):
+    """crop_pct and interpolation from an image processor's resample, size and crop_size."""
+    view = {}
+    if preprocessor.get("resample") in (2, 3):  # PIL's BILINEAR, BICUBIC
+        view["interpolation"] = "bilinear" if preprocessor["resample"] == 2 else "bicubic"
+    size, crop = preprocessor.get("size"), preprocessor.get("crop_size")
+    if preprocessor.get("do_center_crop") and isinstance(size, dict) and isinstance(crop, dict):
+        edge = size.get("shortest_edge") or size.get("height")
+        if edge and crop.get("height") and crop["height"] < edge:
+            view["crop_pct"] = crop["height"] / edge
+    return view
 
 
 def _strip_prefix(tensors):
@@ -262,6 +288,7 @@ def _transformers_args(config, tensors, where, preprocessor=None):
         layer_norm_epsilon=float(config.get("layer_norm_eps", 1e-12)),
         pixel_mean=tuple(preprocessor.get("image_mean") or HALF),
         pixel_std=tuple(preprocessor.get("image_std") or HALF),
+        **_transformers_view(preprocessor),
     )
     if head:
         args["class_names"] = _class_names(id2label, classes)
@@ -679,8 +706,9 @@ def _timm_config(model):
         "global_pool": global_pool,
         "model_args": args,
         "pretrained_cfg": {
-            "input_size": [3, *model.image_size], "fixed_input_size": True, "interpolation": "bicubic",
-            "crop_pct": 1.0, "crop_mode": "center", "mean": list(model.pixel_mean), "std": list(model.pixel_std),
+            "input_size": [3, *model.image_size], "fixed_input_size": True,
+            "interpolation": model.interpolation, "crop_pct": model.crop_pct, "crop_mode": "center",
+            "mean": list(model.pixel_mean), "std": list(model.pixel_std),
             "num_classes": num_classes, "pool_size": None, "first_conv": "patch_embed.proj",
             "classifier": "head",
         },
@@ -741,7 +769,7 @@ def save_pretrained(model, folder, *, format="timm", overwrite=False):
         if format == "transformers":
             pre = {"image_processor_type": "ViTImageProcessor", "do_resize": True, "do_rescale": True,
                    "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": list(model.pixel_mean),
-                   "image_std": list(model.pixel_std), "resample": 2,
+                   "image_std": list(model.pixel_std), "resample": 3 if model.interpolation == "bicubic" else 2,
                    "size": {"height": model.image_size[0], "width": model.image_size[1]}}
             with open(os.path.join(tmp, "preprocessor_config.json"), "w", encoding="utf-8") as f:
                 json.dump(pre, f, indent=2)

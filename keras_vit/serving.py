@@ -143,18 +143,22 @@ class ServingGraph:
         return {name: outputs[name] for name in self.output_names}
 
     def serving_function(self, resize, antialias=False):
-        """uint8 images -> outputs; with `resize`, images of any size are resized first (bilinear;
-        `antialias` filters a shrinking dimension, as TensorFlow's ScaleAndTranslate op, which
-        ONNX, TF.js and Core ML converters refuse)."""
+        """uint8 images -> outputs; with `resize`, images of any size become the model's view of them
+        first (`keras_vit.images.model_view`: the model's crop_pct and interpolation, antialiased when
+        shrinking), as separable weight matrices that ONNX, TF.js and Core ML converters take; with
+        `antialias`, TensorFlow's own ScaleAndTranslate op (TensorFlow-only, less work on large
+        images), the same view to 5e-4 of a pixel level."""
         import tensorflow as tf
 
+        from keras_vit.images import model_view, view_policy
+
         h, w = self.image_size
+        crop_pct, interpolation = view_policy(self.model)
 
         def serve(images):
             x = tf.cast(images, tf.float32)
             if resize:
-                # Antialiasing only changes a dimension that shrinks: enlarging stays plain bilinear.
-                x = tf.image.resize(x, (h, w), method="bilinear", antialias=antialias)
+                x = model_view(x, (h, w), crop_pct, interpolation, portable=not antialias)
                 # A static shape for the layers below, without an EnsureShape op (converters refuse it).
                 x.set_shape((None, h, w, 3))
             return self(preprocess_input(x, model=self.model))
@@ -199,8 +203,8 @@ class Classifier:
     Call it on uint8 RGB images (N, H, W, 3) to get numpy outputs `{"logits",
     "probabilities", ...}`. `.keras` models, SavedModels and ONNX exports take any H, W
     (resized inside, as the SavedModel's graph does); a `.tflite` model takes its own size,
-    so other sizes are resized here first (bilinear, antialiased when shrinking, rounded to
-    uint8).
+    so other sizes are resized here first, as the model's view of them (`keras_vit.images.model_view`
+    with the export's crop_pct and interpolation), rounded to uint8.
 
     Attributes: `format` ("keras", "saved_model", "tflite" or "onnx"), `path`, `image_size`
     ((h, w), None when unknown), `class_names` (None when the export has none).
@@ -224,7 +228,8 @@ class Classifier:
         if len(images) == 0:
             raise ValueError(f"{self.path}: no images to classify (a batch of 0).")
         if self.fixed_size:
-            images = resize_images(images, self.image_size)
+            images = resize_images(images, self.image_size, self.metadata.get("crop_pct", 1.0),
+                                   self.metadata.get("interpolation", "bilinear"))
         outputs = [self._run(images[i:i + batch_size]) for i in range(0, len(images), batch_size)]
         return {k: np.concatenate([o[k] for o in outputs]) for k in outputs[0]}
 
@@ -258,7 +263,9 @@ def _keras_classifier(path):
     model = float32_copy(load_keras_model(path))
     graph = ServingGraph(model)
     if keras.backend.backend() == "tensorflow":
-        serve = tf.function(graph.serving_function(resize=True), input_signature=[graph.input_spec(resize=True)])
+        # TensorFlow's own resize op: no converter reads this graph, and it does less work on large photos
+        serve = tf.function(graph.serving_function(resize=True, antialias=True),
+                            input_signature=[graph.input_spec(resize=True)])
 
         def run(images):
             return {k: v.numpy() for k, v in serve(images).items()}
@@ -269,13 +276,16 @@ def _keras_classifier(path):
 
 def _eager_serving(graph):
     """The serving function's steps for a model under JAX or torch, which a TensorFlow graph cannot
-    call: the same resize (TensorFlow's bilinear, on the pixels as NumPy) and scaling, then the
-    model's own logits, run eagerly by its backend."""
+    call: the same view (`keras_vit.images.model_view`, TensorFlow's ops on the pixels as NumPy) and
+    scaling, then the model's own logits, run eagerly by its backend."""
     import keras
-    import tensorflow as tf
+
+    from keras_vit.images import model_view, view_policy
+
+    crop_pct, interpolation = view_policy(graph.model)
 
     def run(images):
-        x = tf.image.resize(tf.cast(images, tf.float32), graph.image_size, method="bilinear").numpy()
+        x = np.asarray(model_view(images, graph.image_size, crop_pct, interpolation))
         logits = graph.logits(preprocess_input(x, model=graph.model), training=False)
         logits = keras.ops.convert_to_numpy(logits).astype(np.float32)
         probabilities = keras.ops.convert_to_numpy(keras.ops.softmax(logits, axis=-1))

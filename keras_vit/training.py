@@ -26,6 +26,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_vit import report
 from keras_vit._files import atomic_path, nearest
 from keras_vit._recipes import RECIPES_DIR, find_recipe, shipped_recipes  # noqa: F401  (public here)
 from keras_vit.augment import check_rand_augment
@@ -35,12 +36,16 @@ log = logging.getLogger("keras_vit")
 # Every key a recipe may set, with its default. Recipes return their own values for the
 # keys they care about; `--set key=value` (dotted for model.*) overrides any of them.
 DEFAULTS = {
-    # data: "digits", "tfds:NAME" (or a tfds name), a folder root/<split>/<class>/*.jpg, or a .tgz of one
+    # data: "digits", "tfds:NAME" (or a tfds name), a folder FOLDER/<class>/* or FOLDER/{train,val,test}/<class>/*,
+    # a CSV of path,label[,split] lines, or a .tgz of a folder
     "data": "digits",
     "train_split": "train",
     "test_split": "test",
     "validation_split": 0.1,  # fraction of train held out (stratified) to pick the best model; 0: none
+    "test_fraction": 0.1,  # of every class held out as the test split when the data has none (FOLDER/<class>/*)
     "max_train_examples": None,  # a seeded random subset, for quick runs
+    "strict": False,  # True: refuse a data set with unreadable image files instead of skipping them
+    "class_weight": None,  # "balanced": each class's loss weighted by the inverse of its share
     "image_size": 32,
     # model: VisionTransformer arguments; `variant` ("B/16", ...) gives the sizes. None means
     # the variant's value, or VisionTransformer's default without a variant.
@@ -59,6 +64,7 @@ DEFAULTS = {
         "drop_path_rate": 0.0,
     },
     "init_checkpoint": None,  # .npz / .keras / .weights.h5 path or a released name ("imagenet21k"); --set init=PATH
+    #                          or --set weights=PATH
     # DeiT distillation (keras_vit.distill), on when a teacher is named: `--set teacher=PATH` (distill.teacher);
     # the model needs distillation=True. kind "hard" (the teacher's top class) or "soft" (KL at temperature);
     # alpha weighs the teacher's term; teacher_precision "auto" runs a keras-vit teacher in the training precision.
@@ -76,7 +82,7 @@ DEFAULTS = {
     "mixup": 0.0,  # MixUp alpha
     "cutmix": 0.0,  # CutMix beta parameter
     "label_smoothing": 0.0,
-    "eval_crop_fraction": 1.0,
+    "eval_crop_fraction": None,  # central crop at evaluation; None: the init checkpoint's (.keras), else 1.0
     # optimisation
     "optimizer": "adamw",  # "adamw" (decoupled weight decay, not on biases/norms/cls/posemb) or "sgd"
     "learning_rate": 1e-3,
@@ -104,8 +110,8 @@ MODEL_KEYS = ("variant", "image_size", "patch_size", "hidden_size", "num_layers"
               "drop_path_rate", "pooling", "approximate_gelu", "attention_implementation", "distillation")
 # Recipe sections set key by key (`--set distill.kind=soft`); the model's keys are MODEL_KEYS.
 SECTIONS = ("model", "distill", "mpp")
-# Short names for --set: `--set teacher=PATH`, `--set init=PATH`.
-ALIASES = {"teacher": "distill.teacher", "init": "init_checkpoint"}
+# Short names for --set: `--set teacher=PATH`, `--set init=PATH` (or `weights=PATH`, keras.applications' word).
+ALIASES = {"teacher": "distill.teacher", "init": "init_checkpoint", "weights": "init_checkpoint"}
 
 
 def _section_keys(section):
@@ -611,13 +617,24 @@ def apply_multi_worker_fix(model, strategy):
 
 # --- the job -------------------------------------------------------------------------
 
-def prepare_data(config):
-    """Loads the splits named by the config: train (minus validation), validation, test."""
+def prepare_data(config, model_dir=None, write_record=True):
+    """Loads the splits named by the config: train (minus validation), validation, test.
+
+    Folders and CSVs of images are streamed, their split recorded in `model_dir` (data_split.csv)
+    and reused from there by a resumed or re-run job (`keras_vit.data.training_splits`).
+    """
     from keras_vit import data as data_lib
 
     train_name, test_name = config["train_split"], config["test_split"]
     fraction = config["validation_split"]
-    if data_lib.data_source(config["data"])[0] == "tfds" and fraction:
+    kind = data_lib.data_source(config["data"])[0]
+    if kind in ("folder", "csv"):
+        return data_lib.training_splits(
+            config["data"], train_split=train_name, test_split=test_name, seed=config["seed"],
+            test_fraction=config["test_fraction"], validation_split=fraction,
+            max_train_examples=config["max_train_examples"], strict=config["strict"], record_dir=model_dir,
+            write_record=write_record)
+    if kind == "tfds" and fraction:
         # tfds slicing holds out validation data without reading the split into memory
         pct = int(round(fraction * 100))
         names = (f"{train_name}[{pct}%:]", test_name, f"{train_name}[:{pct}%]")
@@ -627,7 +644,9 @@ def prepare_data(config):
             train, _ = data_lib.stratified_split(train, 1.0 - config["max_train_examples"] / len(train),
                                                  seed=config["seed"])
         return train, validation, test
-    splits = data_lib.load_data(config["data"], (train_name, test_name))
+    extra = (dict(seed=config["seed"], test_fraction=config["test_fraction"], strict=config["strict"])
+             if kind == "archive" else {})
+    splits = data_lib.load_data(config["data"], (train_name, test_name), **extra)
     train, test = splits[train_name], splits[test_name]
     if config["max_train_examples"]:
         # a stratified subset: the sorted folders must not yield the first classes only
@@ -643,12 +662,34 @@ def prepare_data(config):
     return train, validation, test
 
 
+def eval_view(config):
+    """(crop_pct, interpolation): how evaluation (and the saved model's predict and exports) turn an
+    image of any size into the model's input: the recipe's `eval_crop_fraction`, else the view a
+    `.keras` init checkpoint carries (a timm checkpoint's crop_pct and interpolation, converted), else
+    the paper's plain resize (1.0, bilinear)."""
+    from keras_vit.images import view_policy
+
+    source = config["init_checkpoint"]
+    saved = {}
+    if isinstance(source, str) and source.endswith(".keras") and os.path.isfile(source):
+        import zipfile
+
+        try:
+            with zipfile.ZipFile(source) as z:
+                saved = json.loads(z.read("config.json")).get("config", {})
+        except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+            saved = {}
+    return view_policy(crop_pct=config["eval_crop_fraction"] or saved.get("crop_pct"),
+                       interpolation=saved.get("interpolation"))
+
+
 def build_model(config, class_names):
     from keras_vit.models import VisionTransformer, create_model
 
     kwargs = {k: v for k, v in config["model"].items() if v is not None and k != "variant"}
+    crop_pct, interpolation = eval_view(config)
     kwargs.update(image_size=config["image_size"], classes=len(class_names), class_names=class_names,
-                  classifier_activation=None)
+                  classifier_activation=None, crop_pct=crop_pct, interpolation=interpolation)
     variant = config["model"].get("variant")
     model = create_model(variant, **kwargs) if variant else VisionTransformer(**kwargs)
     if config["init_checkpoint"]:
@@ -671,6 +712,10 @@ def train(config, model_dir, backup_dir=None, verbose="auto", overwrite=False):
             raise ValueError(f"{key} must be a positive integer, got {config[key]!r}.")
     if config["randaugment"]:
         check_rand_augment(config["randaugment"])  # before minutes of decoding, not after
+    if config["class_weight"] not in (None, "balanced"):
+        raise ValueError(f"class_weight must be None or 'balanced', got {config['class_weight']!r}.")
+    if config["class_weight"] and config["objective"] == "mpp":
+        raise ValueError("class_weight weighs the classes of the labels; objective 'mpp' uses no labels.")
     policy, why = resolve_precision(config["precision"])  # an unknown name fails before anything starts
     _check_model_dir(model_dir, backup_dir, overwrite)
     created = not os.path.exists(model_dir)
@@ -701,7 +746,8 @@ def train(config, model_dir, backup_dir=None, verbose="auto", overwrite=False):
         raise
 
 
-_RUN_FILES = ("model.keras", "best.keras", "metrics.json", "history.csv")
+_RUN_FILES = ("model.keras", "best.keras", "metrics.json", "history.csv", "confusion_matrix.csv",
+              "confusion_matrix.png", "worst_test_images.csv")
 
 
 def _check_model_dir(model_dir, backup_dir, overwrite):
@@ -755,11 +801,14 @@ def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, pr
     # Non-chief workers write nothing the user reads; their files go to a scratch folder.
     out_dir = model_dir if is_chief else os.path.join(model_dir, ".workers", f"worker_{index}")
     os.makedirs(out_dir, exist_ok=True)
-    train_split, val_split, test_split = prepare_data(config)
+    train_split, val_split, test_split = prepare_data(config, model_dir, write_record=is_chief)
     class_names = train_split.class_names
     log.info("data: %d train, %s validation, %d test images of %s, %d classes",
              len(train_split), len(val_split) if val_split is not None else 0, len(test_split),
              config["data"], len(class_names))
+    class_counts = report.describe_classes({"train": train_split, "validation": val_split, "test": test_split})
+    class_weight = (report.balanced_class_weights(train_split.labels, len(class_names))
+                    if config["class_weight"] == "balanced" else None)
     batch = config["batch_size"]
     if batch % strategy.num_replicas_in_sync:
         raise ValueError(f"batch_size {batch} is not divisible by the {strategy.num_replicas_in_sync} replicas.")
@@ -768,7 +817,8 @@ def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, pr
                randaugment=config["randaugment"], mixup=config["mixup"], cutmix=config["cutmix"])
     train_ds = data_lib.make_dataset(train_split, config["image_size"], batch, training=True, seed=config["seed"],
                                      repeat=True, **aug)
-    eval_kw = dict(crop_fraction=config["eval_crop_fraction"])
+    crop_pct, interpolation = eval_view(config)
+    eval_kw = dict(crop_fraction=crop_pct, interpolation=interpolation)
     val_ds = (data_lib.make_dataset(val_split, config["image_size"], batch, training=False, **eval_kw)
               if val_split is not None else None)
     test_ds = data_lib.make_dataset(test_split, config["image_size"], batch, training=False, **eval_kw)
@@ -796,16 +846,23 @@ def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, pr
 
     start, cpu_start = time.time(), time.process_time()
     try:
-        history = fit_model.fit(train_ds, epochs=config["epochs"], steps_per_epoch=steps, validation_data=val_ds,
-                                callbacks=callbacks, verbose=verbose, shuffle=False)
+        with data_lib.unknown_length_quiet():
+            history = fit_model.fit(train_ds, epochs=config["epochs"], steps_per_epoch=steps, validation_data=val_ds,
+                                    callbacks=callbacks, verbose=verbose, shuffle=False, class_weight=class_weight)
     except KeyboardInterrupt:
         print(flush=True)  # end Keras' progress bar line
         raise KeyboardInterrupt(f"interrupted; run the same command again to resume from epoch "
                                 f"{counter.epochs_completed + 1}") from None
     train_seconds, cpu_seconds = time.time() - start, time.process_time() - cpu_start
     # masked patch prediction: the test split scores the pre-training task (colour accuracy), not classes
-    test_loss, test_accuracy = (fit_model if config["objective"] == "mpp" else model).evaluate(test_ds, verbose=0)
+    with data_lib.unknown_length_quiet():
+        test_loss, test_accuracy = (fit_model if config["objective"] == "mpp" else model).evaluate(test_ds, verbose=0)
     stopped = counter.epochs_completed < config["epochs"]
+    details = {}
+    if is_chief and config["objective"] == "classify":  # per class, confusions, the worst images: files
+        details = report.end_of_run_report(
+            model, test_split, data_lib.make_dataset(test_split, config["image_size"], batch, training=False,
+                                                     with_index=True, **eval_kw), out_dir)
     metrics = {
         "objective": config["objective"],
         "epochs_completed": counter.epochs_completed,
@@ -824,6 +881,13 @@ def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, pr
         "precision_reason": precision[1],
         "parameters": model.count_params(),
         "class_names": class_names,
+        "class_counts": class_counts,
+        "class_weight": class_weight,
+        "skipped_files": len(train_split.skipped),
+        "skipped": [{"file": name, "reason": reason} for name, reason in train_split.skipped[:100]],
+        "data_split": (os.path.join(model_dir, data_lib.SPLIT_RECORD)
+                       if os.path.isfile(os.path.join(model_dir, data_lib.SPLIT_RECORD)) else None),
+        **details,
         "final_epoch_logs": {k: float(v[-1]) for k, v in history.history.items() if v},
         "config": config,
         **_task_metrics(model, config, test_ds, os.path.join(out_dir, "history.csv")),

@@ -418,23 +418,33 @@ def embedding_filter_components(model, num_components=12):
 # --------------------------------------------------------------------------- files
 
 
-def load_images(paths, image_size):
-    """Reads image files (JPEG, PNG, GIF, BMP) and resizes them to `image_size`.
+def load_images(paths, image_size, *, crop_pct=1.0, interpolation="bilinear", model=None):
+    """Reads image files (JPEG, PNG, GIF, BMP, WebP) and resizes them to `image_size`.
 
     Returns uint8 RGB pixels (B, H, W, 3); scale them with `keras_vit.preprocess_input`.
-    Reads each file with `keras_vit.applications.load_image` (grayscale and RGBA become
-    RGB; errors name the file).
+    Reads each file with `keras_vit.images.read_image` (header checked first, decompression
+    bombs refused, EXIF orientation applied, grayscale, RGBA and CMYK become RGB; errors name the
+    file) and resizes it as the model sees it (`keras_vit.images.model_view`: `crop_pct` and
+    `interpolation`, or `model`'s own), rounded to uint8.
 
     Example:
     >>> pixels = load_images(["cat.jpg"], model.image_size)
     >>> maps = attention_rollout(model, keras_vit.preprocess_input(pixels))
     """
-    from keras_vit.applications import load_image
-
     paths = list(paths)
     if not paths:
         raise ValueError("no images given.")
-    return np.stack([load_image(path, image_size) for path in paths])
+    return np.clip(np.round(_model_inputs(paths, image_size, crop_pct, interpolation, model)), 0, 255).astype(np.uint8)
+
+
+def _model_inputs(paths, image_size, crop_pct=1.0, interpolation="bilinear", model=None):
+    """Image files -> float32 pixels (B, H, W, 3) at `image_size`, as the model sees them (not rounded)."""
+    from keras_vit.images import model_view, read_image, view_policy
+
+    if model is not None:
+        crop_pct, interpolation = view_policy(model)
+    return np.stack([np.asarray(model_view(read_image(path), image_size, crop_pct, interpolation))
+                     for path in paths])
 
 
 def load_model(path):
@@ -744,7 +754,7 @@ def visualize_files(model_path, out_dir, image_paths=None, *, batch_size=16, num
              *model.image_size, *model.patch_encoder.grid_size, *(f"{p:g}" for p in patch_pixels(model)))
     images = names = None
     if image_paths:
-        pixels = load_images(image_paths, model.image_size)
+        pixels = _model_inputs(image_paths, model.image_size, model=model)  # in float: as predict and exports
         log.info("read %d image(s), resized to %dx%d", len(pixels), *model.image_size)
         images = np.asarray(preprocess_input(pixels, model=model))
         names = [os.path.basename(os.fspath(p)) for p in image_paths]

@@ -43,10 +43,38 @@ def test_committed_results_render():
 
 def test_worker_and_memory_scripts_parse_their_arguments():
     for script in ("worker.py", "memory.py", "tflite_bench.py", "agreement.py", "profile_block.py", "run.py",
-                   "datasize.py", "recipe_cost.py"):
+                   "datasize.py", "recipe_cost.py", "photos.py", "transfer.py"):
         out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--help"], capture_output=True,
                              text=True, timeout=120)
         assert out.returncode == 0, (script, out.stderr[-2000:])
+
+
+def test_transfer_demo_reads_fashion_mnist_as_debian_ships_it_and_renders_its_table(tmp_path):
+    """Fashion-MNIST's idx files, written as the Debian package ships them (gzip), read back; the table."""
+    import gzip
+
+    import numpy as np
+    import transfer
+
+    images = np.arange(2 * 28 * 28, dtype=np.uint8).reshape(2, 28, 28)
+    with gzip.open(tmp_path / "x.gz", "wb") as f:
+        f.write(bytes([0, 0, 8, 3]) + (2).to_bytes(4, "big") + (28).to_bytes(4, "big") * 2 + images.tobytes())
+    assert np.array_equal(transfer.read_idx(tmp_path / "x.gz"), images)
+    rows = [{"per_class": 100, "arm": arm, "steps": 300, "batch": 128, "test_accuracy": a}
+            for arm, a in (("fine-tuned", 0.8), ("scratch, same settings", 0.7), ("scratch, recipe settings", 0.75))]
+    assert "| 100 | 300 (128) | 80.00% | 70.00% | 75.00% |" in transfer.table(rows)
+
+
+def test_photo_benchmark_writes_mixed_size_photos_some_exif_turned(tmp_path):
+    import photos
+
+    from keras_vit import images
+
+    photos.write_photos(tmp_path, 20, classes=2)
+    files = sorted(tmp_path.rglob("*.jpg"))
+    infos = [images.inspect(str(f)) for f in files]
+    assert len(files) == 20 and all(i.problem is None for i in infos)
+    assert len({(i.width, i.height) for i in infos}) > 10 and sum(i.orientation == 6 for i in infos) == 2
 
 
 def test_datasize_study_renders_its_table_and_figure(tmp_path):

@@ -142,8 +142,8 @@ def test_saved_model_takes_any_size_and_batch(exports, digits, digits_model):
         images = tf.image.resize(x[:batch].astype("float32"), size).numpy().round().astype("uint8")
         outputs = signature(images=tf.constant(images))
         assert outputs["logits"].shape == (batch, 10) and outputs["probabilities"].shape == (batch, 10)
-        # The same resize done outside, in float: plain bilinear (antialiasing is opt-in, TensorFlow-only).
-        back = tf.image.resize(images.astype("float32"), (16, 16)).numpy()
+        # The same resize done outside, in float: the model's view, bilinear, antialiased where it shrinks.
+        back = tf.image.resize(images.astype("float32"), (16, 16), antialias=True).numpy()
         reference = _keras_logits(digits_model, back)
         assert np.max(np.abs(outputs["logits"].numpy() - reference)) <= 1e-4, (batch, size)
 

@@ -1,5 +1,5 @@
 """Exports other runtimes take: the SavedModel's ops (what tf2onnx, tensorflowjs_converter and
-coremltools convert), the opt-in antialiased resize, and `--format onnx` run in ONNX Runtime.
+coremltools convert), the opt-in TensorFlow resize op, and `--format onnx` run in ONNX Runtime.
 
 Tiny random models (tests/conftest.py) keep these fast; the shipped CIFAR-10 model is checked on
 the 20 committed test images.
@@ -25,12 +25,18 @@ SHIPPED_CIFAR10 = pathlib.Path(os.environ.get("KERAS_VIT_CIFAR10_MODEL",
 
 # Every op of the default SavedModel's signatures, each one that tf2onnx, tensorflowjs_converter and
 # coremltools convert (checked by converting it with each). ScaleAndTranslate (an antialiased
-# resize) and EnsureShape are the ones they refused.
+# resize) and EnsureShape are the ones they refused. The model's view (keras_vit.images.model_view:
+# crop and antialiased resize as two weight matrices) adds the second group: converted and run by
+# tf2onnx + ONNX Runtime here (test_onnx_export_runs_the_models_view); all are in the op lists of the
+# TF.js and Core ML converters, whose own tests below need their environments.
 PORTABLE_OPS = {
     "AddV2", "BatchMatMulV2", "BiasAdd", "BroadcastTo", "Cast", "ConcatV2", "Const", "Conv2D", "Identity",
     "IdentityN", "MatMul", "Mean", "Mul", "Neg", "NoOp", "Pack", "Placeholder", "ReadVariableOp", "RealDiv",
     "Reshape", "ResizeBilinear", "Rsqrt", "Shape", "Softmax", "SquaredDifference", "Squeeze",
     "StatefulPartitionedCall", "StopGradient", "StridedSlice", "Sub", "Tanh", "Transpose", "Unpack",
+} | {
+    "Abs", "FloorDiv", "Greater", "Less", "LessEqual", "LogicalAnd", "Maximum", "Minimum", "Range", "SelectV2",
+    "Sum", "ZerosLike",
 }
 
 
@@ -62,28 +68,30 @@ def images():
 def test_default_saved_model_has_only_ops_every_converter_takes(tiny_model, tmp_path):
     export_model(tiny_model, tmp_path / "sm")
     ops = signature_ops(tmp_path / "sm")
-    assert "ResizeBilinear" in ops and "Conv2D" in ops  # the lister sees inside the nested functions
+    assert "BatchMatMulV2" in ops and "Conv2D" in ops  # the lister sees inside the nested functions
+    assert "ScaleAndTranslate" not in ops and "ResizeBilinear" not in ops  # the resize is two weight matrices
     assert not ops - PORTABLE_OPS, f"ops outside the allow-list: {sorted(ops - PORTABLE_OPS)}"
     metadata = json.loads(pathlib.Path(metadata_path(tmp_path / "sm")).read_text())
-    assert metadata["preprocessing"] == "bilinear resize to 32x32, x / 127.5 - 1"
+    assert metadata["preprocessing"] == "bilinear resize to 32x32 (antialiased when shrinking), x / 127.5 - 1"
+    assert (metadata["crop_pct"], metadata["interpolation"]) == (1.0, "bilinear")
 
 
 def test_antialias_is_an_opt_in_tensorflow_only_resize(tiny_model, images, tmp_path):
+    """Both resizes are the model's view, antialiased: the default as portable weight matrices, antialias=True
+    with TensorFlow's ScaleAndTranslate op (TensorFlow-only, less work on large images)."""
     export_model(tiny_model, tmp_path / "plain")
     export_model(tiny_model, tmp_path / "aa", antialias=True)
     assert "ScaleAndTranslate" in signature_ops(tmp_path / "aa")
     metadata = json.loads(pathlib.Path(metadata_path(tmp_path / "aa")).read_text())
     assert metadata["preprocessing"].startswith("bilinear resize to 32x32 (antialiased when shrinking)")
 
-    # Each is the Keras model on the same resize done outside the graph.
+    # Each is the Keras model on the same antialiased resize done outside the graph.
     graph = ServingGraph(keras.models.load_model(tiny_model))
-    logits = {}
-    for name, antialias in (("plain", False), ("aa", True)):
-        resized = tf.image.resize(images.astype("float32"), (32, 32), antialias=antialias)
-        expected = graph(keras_vit.preprocess_input(resized))["logits"].numpy()
-        logits[name] = load_classifier(str(tmp_path / name))(images)["logits"]
+    resized = tf.image.resize(images.astype("float32"), (32, 32), antialias=True)
+    expected = graph(keras_vit.preprocess_input(resized))["logits"].numpy()
+    logits = {name: load_classifier(str(tmp_path / name))(images)["logits"] for name in ("plain", "aa")}
+    for name in logits:
         assert np.abs(logits[name] - expected).max() <= 1e-4, name
-    assert np.abs(logits["plain"] - logits["aa"]).max() > 1e-3  # the two resizes differ on shrinking
 
     with pytest.raises(ValueError, match=r"antialias \(--antialias\) applies to a SavedModel that resizes"):
         export_model(tiny_model, tmp_path / "x.tflite", antialias=True)
