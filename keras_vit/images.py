@@ -49,7 +49,7 @@ class ImageInfo(NamedTuple):
     height: int
     orientation: int = 1
     decoder: int = DECODE_TF
-    problem: str = None
+    problem: str | None = None
     mode: str = ""  # what becomes RGB: "grayscale", "grayscale+alpha", "RGBA", "CMYK", "16-bit ..."; "" for RGB
 
     @property
