@@ -3,10 +3,16 @@ misspelled keywords refused with the nearest valid one."""
 
 import functools
 import inspect
+from typing import Any, Sequence, TypeAlias
 
 import keras
 
 from keras_vit._files import nearest
+
+# For annotations: what keras.ops take and give, a tensor of the backend (tf.Tensor, jax.Array, torch.Tensor),
+# a symbolic KerasTensor or a NumPy array; and a layer's input shape, None for an unknown dimension.
+Tensor: TypeAlias = Any
+Shape: TypeAlias = Sequence["int | None"]
 
 # Every keras-vit layer and model registers under one package name, so saved files load
 # after `import keras_vit` with no custom_objects.
