@@ -6,6 +6,7 @@ tests/test_typing.py checks their signatures and docstrings; tests/test_docs.py 
 """
 
 import ast
+import functools
 import re
 
 from conftest import ROOT
@@ -17,6 +18,7 @@ EXAMPLE_HEADER = re.compile(r"^(Example|Examples)( \(.*\))?:\s*$")
 NEXT_SECTION = re.compile(r"^[A-Z][A-Za-z ]*:\s*$")
 
 
+@functools.lru_cache(maxsize=None)
 def _module_tree(module):
     path = PACKAGE / (module.split(".", 1)[1].replace(".", "/") + ".py")
     return ast.parse(path.read_text(), filename=str(path))
