@@ -3,10 +3,17 @@ misspelled keywords refused with the nearest valid one."""
 
 import functools
 import inspect
+from typing import Any, Sequence, TypeAlias
 
 import keras
 
 from keras_vit._files import nearest
+
+# For annotations: what keras.ops take and give, a tensor of the backend (tf.Tensor, jax.Array, torch.Tensor),
+# a symbolic KerasTensor or a NumPy array; and a layer's input shape (a tuple, list or TensorShape of ints,
+# None for an unknown dimension).
+Tensor: TypeAlias = Any
+Shape: TypeAlias = Sequence[Any]
 
 # Every keras-vit layer and model registers under one package name, so saved files load
 # after `import keras_vit` with no custom_objects.

@@ -11,10 +11,13 @@ One definition each, used by data, export and visualize too: `IMAGE_EXTENSIONS` 
 read), `scale_pixels` / `to_pixels` (the scaling and its inverse), `to_rgb` (channel coercion).
 """
 
+from __future__ import annotations
+
 import functools
 import json
 import logging
 import os
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 from keras import ops
@@ -23,6 +26,11 @@ from keras_vit._common import refuse_unknown_keywords
 
 # The one definition of the image formats keras-vit reads (keras_vit/images.py), public here where it was first.
 from keras_vit.images import IMAGE_EXTENSIONS  # noqa: F401
+
+if TYPE_CHECKING:
+    import keras
+
+    from keras_vit._common import Tensor
 
 log = logging.getLogger("keras_vit")
 
@@ -70,7 +78,8 @@ def to_rgb(images, origin):
 
 
 @refuse_unknown_keywords
-def preprocess_input(x, data_format=None, *, model=None):
+def preprocess_input(x: np.ndarray | Tensor, data_format: str | None = None, *,
+                     model: keras.Model | None = None) -> np.ndarray | Tensor:
     """Scales RGB pixels in [0, 255] to [-1, 1] (x / 127.5 - 1), the official preprocessing.
 
     As `keras.applications.*.preprocess_input`: a NumPy array (or a list) in gives a NumPy
@@ -130,7 +139,7 @@ def _imagenet_classes():
 
 
 @refuse_unknown_keywords
-def imagenet_class_names():
+def imagenet_class_names() -> list[str]:
     """The 1,000 ImageNet-1k class names, in the order of the released checkpoints' heads.
 
     Example:
@@ -141,7 +150,8 @@ def imagenet_class_names():
 
 
 @refuse_unknown_keywords
-def decode_predictions(preds, top=5, class_names=None):
+def decode_predictions(preds: np.ndarray | Tensor, top: int = 5, class_names: Sequence[str] | keras.Model | None = None
+                       ) -> list[list[tuple[str | int, str, float]]]:
     """Turns a batch of scores into the `top` classes per image, best first.
 
     Args:
@@ -157,13 +167,15 @@ def decode_predictions(preds, top=5, class_names=None):
         ("n02123045") for ImageNet, the class index (int) for a model's own names.
 
     Example:
-    >>> model = keras_vit.ViTB16(weights="imagenet21k+imagenet2012")
-    >>> x = keras_vit.preprocess_input(keras_vit.load_image("cat.jpg", size=224)[None])
-    >>> decode_predictions(model.predict(x), top=3)[0]
-    [('n02123045', 'tabby cat', 0.71), ...]
+    >>> decode_predictions(np.array([[0.1, 0.7, 0.2]]), top=2, class_names=["cat", "dog", "bird"])
+    [[(1, 'dog', 0.7), (2, 'bird', 0.2)]]
+    >>> scores = np.zeros((1, 1000))
+    >>> scores[0, 281] = 0.9  # ImageNet-1k's class 281
+    >>> decode_predictions(scores, top=1)
+    [[('n02123045', 'tabby cat', 0.9)]]
     """
     if hasattr(class_names, "class_names") and not isinstance(class_names, (list, tuple)):
-        model = class_names
+        model: Any = class_names
         class_names = model.class_names
         if class_names is None:
             raise ValueError(f"Model {model.name!r} has no class_names; pass class_names=[...] instead.")
@@ -172,6 +184,8 @@ def decode_predictions(preds, top=5, class_names=None):
         raise ValueError(f"decode_predictions expects a batch of scores (batch, classes); got shape {preds.shape}.")
     if int(top) < 1:
         raise ValueError(f"top must be a positive int, got {top}.")
+    ids: Sequence[Any]
+    names: Sequence[str]
     if class_names is None:
         if preds.shape[1] != 1000:
             raise ValueError(
@@ -193,7 +207,7 @@ def decode_predictions(preds, top=5, class_names=None):
 
 
 @refuse_unknown_keywords
-def load_image(path, size=None):
+def load_image(path: str | os.PathLike, size: int | Sequence[int] | None = None) -> np.ndarray:
     """Reads an image file as a uint8 RGB array (height, width, 3), upright.
 
     JPEG, PNG, GIF (first frame), BMP and WebP are read (`keras_vit.images`): the header is
@@ -208,8 +222,11 @@ def load_image(path, size=None):
         ValueError: the file is not an image that can be read (or a decompression bomb), naming the file.
 
     Example:
-    >>> load_image("cat.jpg").shape
-    (480, 640, 3)
+    >>> image = load_image("tests/data/cifar10_sample/cat/0511.jpg")
+    >>> image.shape, image.dtype
+    ((32, 32, 3), dtype('uint8'))
+    >>> load_image("tests/data/cifar10_sample/cat/0511.jpg", size=(48, 64)).shape
+    (48, 64, 3)
     """
     from keras_vit.images import read_image
 

@@ -21,8 +21,11 @@ where the recipe without either is at 48%.
 Images are float32 (H, W, 3) pixels in [0, 255] with a static size, inside a tf.data map.
 """
 
+from __future__ import annotations
+
 import functools
 import math
+from typing import Sequence
 
 import tensorflow as tf
 
@@ -164,7 +167,7 @@ OPERATIONS = {
 }
 
 
-def check_rand_augment(randaugment):
+def check_rand_augment(randaugment: Sequence[float]) -> tuple[int, float]:
     """(num_ops, magnitude) as ints/floats, or a ValueError that names the bad value."""
     try:
         num_ops, magnitude = randaugment
@@ -177,7 +180,7 @@ def check_rand_augment(randaugment):
     return num_ops, magnitude
 
 
-def apply_operation(image, name, magnitude):
+def apply_operation(image: tf.Tensor, name: str, magnitude: float) -> tf.Tensor:
     """One named operation (a key of OPERATIONS) at `magnitude` (0-10) on pixels in [0, 255]."""
     if name not in OPERATIONS:
         raise ValueError(f"Unknown RandAugment operation {name!r}; one of {sorted(OPERATIONS)}.")
@@ -185,7 +188,7 @@ def apply_operation(image, name, magnitude):
     return _clipped(OPERATIONS[name], image, float(magnitude) / MAX_MAGNITUDE)
 
 
-def rand_augment(image, num_ops, magnitude):
+def rand_augment(image: tf.Tensor, num_ops: int, magnitude: float) -> tf.Tensor:
     """RandAugment on one float32 (H, W, 3) image of pixels in [0, 255].
 
     Example:

@@ -12,10 +12,13 @@ on import, so `VisionTransformer(weights=...)` calls it without models importing
 module; `load_keras_model` is the one way keras-vit opens a `.keras` file.
 """
 
+from __future__ import annotations
+
 import logging
 import os
 import re
 import zipfile
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +30,9 @@ from keras_vit.presets import (DEFAULT_WEIGHTS_URL, NAMED_WEIGHTS, PRESETS, WEIG
 # copy_weights lives with the resampling it needs; checkpoints re-exports it.
 from keras_vit.posemb import copy_weights  # noqa: F401
 from keras_vit.posemb import resample_note, resample_position_embeddings, stored_grid
+
+if TYPE_CHECKING:
+    import keras
 
 log = logging.getLogger("keras_vit")
 
@@ -182,7 +188,7 @@ def check_channels(model, channels, source):
 # Over 80 lines with its docstring: every check runs before the first assignment (a bad file
 # leaves the model unchanged), in one pass over the index; split, the plan would travel between parts.
 @refuse_unknown_keywords
-def load_official_npz(model, path, *, resample="official"):
+def load_official_npz(model: keras.Model, path: str | os.PathLike, *, resample: str = "official") -> dict[str, Any]:
     """Fills a keras-vit model from a checkpoint in the official .npz layout.
 
     Works for ViT and hybrid models, token and gap pooling, with or without pre-logits,
@@ -197,8 +203,14 @@ def load_official_npz(model, path, *, resample="official"):
     Returns a dict with the lists `loaded`, `kept`, `dropped`, `resampled` and the `layout`.
 
     Example:
-    >>> model = keras_vit.ViTB16(input_shape=(384, 384, 3), classes=10)
-    >>> keras_vit.load_official_npz(model, "ViT-B_16.npz")  # imagenet21k, 224 -> 384
+    >>> # the sizes of tests/data/official/vit_token_prelogits.npz (the same code loads ViT-B_16.npz into ViTB16)
+    >>> model = keras_vit.VisionTransformer(image_size=48, patch_size=8, hidden_size=32, num_layers=2, num_heads=4,
+    ...                                     mlp_dim=64, representation_size=24, classes=10)
+    >>> report = load_official_npz(model, "tests/data/official/vit_token_prelogits.npz")  # 32 -> 48 pixels
+    >>> report["layout"], report["resampled"]
+    ('released', ['position embeddings 4x4 -> 6x6 (official)'])
+    >>> report["kept"]  # a head of another class count is not loaded, as in the official fine-tuning
+    ['head/kernel (model (24, 10), checkpoint (24, 7))', 'head/bias (model (10,), checkpoint (7,))']
     """
     path = os.fspath(path)
     if not os.path.isfile(path):
@@ -282,10 +294,19 @@ def describe_changes(report):
 
 
 @refuse_unknown_keywords
-def save_official_npz(model, path, *, layout="released"):
+def save_official_npz(model: keras.Model, path: str | os.PathLike, *, layout: str = "released") -> str | os.PathLike:
     """Writes a keras-vit model as an official .npz checkpoint (atomically).
 
     The inverse of `load_official_npz`: the same key table, the official array shapes.
+    `layout`: "released" (the released files' older Flax names) or "current" (current Flax names).
+
+    Example:
+    >>> model = keras_vit.VisionTransformer(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=4,
+    ...                                     mlp_dim=64, classes=10)
+    >>> save_official_npz(model, "vit.npz")
+    'vit.npz'
+    >>> sorted(np.load("vit.npz"))[:3]
+    ['Transformer/encoder_norm/bias', 'Transformer/encoder_norm/scale', 'Transformer/encoderblock_0/LayerNorm_0/bias']
     """
     if layout not in LAYOUTS:
         raise ValueError(f"Unknown key layout {layout!r}; use one of {LAYOUTS}.")
@@ -294,7 +315,7 @@ def save_official_npz(model, path, *, layout="released"):
         raise ValueError(f"{model.name} has a stem with resnet first_stride={first_stride}, which the official "
                          "checkpoint layout has no place for (BiT's first stage has stride 1): save the model "
                          "as .keras or .weights.h5 instead.")
-    arrays = {}
+    arrays: dict[str, Any] = {}
     for variable in model.weights:
         key = official_key(variable.path, layout)
         arrays[key] = np.reshape(np.asarray(variable.numpy()), _official_shape(variable, key, model, layout))

@@ -17,6 +17,8 @@ archive) for training and export alike; `load_image_set` reads the sample and ca
 images of an export from any of those, or from files, arrays and datasets.
 """
 
+from __future__ import annotations
+
 import contextlib
 import csv
 import json
@@ -25,6 +27,7 @@ import os
 import socket
 import tarfile
 import warnings
+from typing import TYPE_CHECKING, Any, Iterator, Sequence, cast
 
 import numpy as np
 import tensorflow as tf
@@ -35,6 +38,9 @@ from keras_vit.applications import IMAGE_EXTENSIONS, load_image, resize_images, 
 from keras_vit.augment import check_rand_augment, rand_augment
 from keras_vit.images import (DECODE_PILLOW, decode, decode_eager, inspect_many, is_image_name, list_images,
                               model_view)
+
+if TYPE_CHECKING:
+    from keras_vit.images import ImageInfo
 
 log = logging.getLogger("keras_vit")
 
@@ -54,21 +60,23 @@ class Split:
     images by them); `skipped` holds the source's unreadable files as (name, reason).
     """
 
-    def __init__(self, images, labels, class_names, origin, stream=None, num_examples=None, files=None, names=None):
-        self.images = images
-        self.labels = labels
+    def __init__(self, images: np.ndarray | None, labels: np.ndarray | None, class_names: Sequence[str], origin: str,
+                 stream: tf.data.Dataset | None = None, num_examples: int | None = None, files: ImageFiles | None = None,
+                 names: Sequence[str] | None = None) -> None:
+        self.images: Any = images  # None for a streamed split
+        self.labels: Any = labels
         self.class_names = list(class_names)
         self.origin = origin
         self.stream = stream
         self.files = files
         self.names = names if names is not None else (files.names if files is not None else None)
-        self.skipped = []
-        self.num_examples = len(labels) if stream is None else int(num_examples)
+        self.skipped: list[tuple[str, str]] = []
+        self.num_examples = len(labels) if stream is None else int(num_examples)  # type: ignore[arg-type]
 
     def __len__(self):
         return self.num_examples
 
-    def elements(self):
+    def elements(self) -> tf.data.Dataset:
         """A tf.data.Dataset of (uint8 image, int label)."""
         if self.stream is not None:
             return self.stream
@@ -76,7 +84,7 @@ class Split:
             return self.files.decoded(self.files.listing(self.labels))
         return tf.data.Dataset.from_tensor_slices((self.images, self.labels))
 
-    def take(self, indices, name):
+    def take(self, indices: np.ndarray | Sequence[int], name: str) -> Split:
         """The examples at `indices`, as a Split named `origin [name]`."""
         if self.stream is not None:
             raise ValueError(f"{self.origin} is streamed; split it with the source's own slicing "
@@ -101,9 +109,10 @@ class ImageFiles:
     """Encoded images a Split streams: paths on disk or the bytes of an archive's members, with what
     each header said (`keras_vit.images.inspect`: EXIF orientation, which decoder reads it)."""
 
-    def __init__(self, sources, infos, names=None):
+    def __init__(self, sources: Sequence[str | bytes], infos: Sequence[ImageInfo],
+                 names: Sequence[str] | None = None) -> None:
         self.sources = list(sources)
-        self.names = list(names) if names is not None else [os.fspath(s) for s in self.sources]
+        self.names: list[Any] = list(names) if names is not None else [os.fspath(s) for s in self.sources]
         self.orientation = np.asarray([i.orientation for i in infos], np.int32).reshape(-1)
         self.decoder = np.asarray([i.decoder for i in infos], np.int32).reshape(-1)
         self.on_disk = not self.sources or not isinstance(self.sources[0], bytes)
@@ -111,7 +120,7 @@ class ImageFiles:
     def __len__(self):
         return len(self.sources)
 
-    def take(self, indices):
+    def take(self, indices: np.ndarray | Sequence[int]) -> ImageFiles:
         taken = ImageFiles([], [])
         taken.sources = [self.sources[i] for i in indices]
         taken.names = [self.names[i] for i in indices]
@@ -119,13 +128,13 @@ class ImageFiles:
         taken.on_disk = self.on_disk
         return taken
 
-    def listing(self, labels):
+    def listing(self, labels: np.ndarray) -> tf.data.Dataset:
         """A tf.data.Dataset of (source, label, orientation, decoder): the files, not yet read."""
         sources = [os.fspath(s) for s in self.sources] if self.on_disk else self.sources
         return tf.data.Dataset.from_tensor_slices((tf.constant(sources, tf.string), np.asarray(labels, np.int64),
                                                    self.orientation, self.decoder))
 
-    def decoded(self, listing):
+    def decoded(self, listing: tf.data.Dataset) -> tf.data.Dataset:
         """`listing`'s files read and decoded in parallel: a tf.data.Dataset of (uint8 RGB image, label),
         and whatever the listing carries after its four fields."""
         pillow = bool(np.any(self.decoder == DECODE_PILLOW))
@@ -137,11 +146,11 @@ class ImageFiles:
 
         return listing.map(read, num_parallel_calls=AUTOTUNE, deterministic=True)
 
-    def read(self, index):
+    def read(self, index: int) -> np.ndarray:
         """One image, decoded here (numpy uint8 RGB)."""
         from keras_vit.images import ImageInfo
 
-        source = self.sources[index]
+        source: Any = self.sources[index]
         if self.on_disk:
             with open(source, "rb") as f:
                 source = f.read()
@@ -167,7 +176,8 @@ def _as_rgb_uint8(images, origin):
     return images
 
 
-def from_arrays(images, labels, class_names=None, origin="arrays"):
+def from_arrays(images: np.ndarray | Sequence[np.ndarray], labels: np.ndarray | Sequence[int],
+                class_names: Sequence[str] | None = None, origin: str = "arrays") -> Split:
     """A Split from in-memory images (a dense array or a list of equal-size arrays) and labels."""
     if isinstance(images, (list, tuple)):
         shapes = {np.shape(im) for im in images}
@@ -180,19 +190,20 @@ def from_arrays(images, labels, class_names=None, origin="arrays"):
             )
         images = np.stack(images) if images else np.zeros((0, 1, 1, 3), np.uint8)
     labels = np.asarray(labels).astype(np.int64).reshape(-1)
-    images = _as_rgb_uint8(images, origin)
-    if len(images) != len(labels):
-        raise ValueError(f"{origin}: {len(images)} images but {len(labels)} labels.")
-    if len(images) == 0:
+    array = _as_rgb_uint8(images, origin)
+    if len(array) != len(labels):
+        raise ValueError(f"{origin}: {len(array)} images but {len(labels)} labels.")
+    if len(array) == 0:
         raise ValueError(f"{origin}: no images; refusing to train or evaluate on zero examples.")
     if class_names is None:
         class_names = [str(i) for i in range(int(labels.max()) + 1)]
     if labels.min() < 0 or labels.max() >= len(class_names):
         raise ValueError(f"{origin}: labels must lie in [0, {len(class_names) - 1}], found [{labels.min()}, {labels.max()}].")
-    return Split(images, labels, class_names, origin)
+    return Split(array, labels, class_names, origin)
 
 
-def stratified_split(split, fraction, seed=0, names=("train", "validation")):
+def stratified_split(split: Split, fraction: float, seed: int = 0,
+                     names: tuple[str, str] = ("train", "validation")) -> tuple[Split, Split]:
     """Splits off `fraction` of every class (shuffled with `seed`); returns (rest, held_out)."""
     if split.stream is not None:
         raise ValueError(f"{split.origin} is streamed; split it with the source's own slicing "
@@ -200,7 +211,7 @@ def stratified_split(split, fraction, seed=0, names=("train", "validation")):
     if not 0.0 < fraction < 1.0:
         raise ValueError(f"split fraction must be in (0, 1), got {fraction}.")
     rng = np.random.default_rng(seed)
-    held = []
+    held: list[np.ndarray] = []
     for c in np.unique(split.labels):
         idx = np.flatnonzero(split.labels == c)
         rng.shuffle(idx)
@@ -213,7 +224,7 @@ def stratified_split(split, fraction, seed=0, names=("train", "validation")):
     return split.take(rest_idx, names[0]), split.take(held_idx, names[1])
 
 
-def load_digits(seed=0, test_fraction=0.2):
+def load_digits(seed: int = 0, test_fraction: float = 0.2) -> dict[str, Split]:
     """scikit-learn's 1,797 8x8 digits as RGB uint8, split stratified 80/20 with a fixed seed.
 
     Needs scikit-learn: pip install "keras-vit[digits]".
@@ -409,8 +420,8 @@ def _files_split(kept, class_names, origin, in_memory=False):
     return Split(None, labels, class_names, origin, files=ImageFiles([row[1] for row, _ in kept], infos, names))
 
 
-def file_splits(spec, splits=("train", "test"), *, seed=0, test_fraction=DEFAULT_TEST_FRACTION, strict=False,
-                decode=True):
+def file_splits(spec: str | os.PathLike, splits: Sequence[str] = ("train", "test"), *, seed: int = 0,
+                test_fraction: float = DEFAULT_TEST_FRACTION, strict: bool = False, decode: bool = True) -> dict[str, Split]:
     """The splits of a folder, a CSV or an archive of images, every file's header read first.
 
     `FOLDER/<split>/<class>/**` (and `val/` or `validation/`, returned as "validation"),
@@ -438,7 +449,7 @@ def file_splits(spec, splits=("train", "test"), *, seed=0, test_fraction=DEFAULT
     if empty:
         raise ValueError(f"{spec}: class(es) {', '.join(empty)} have no readable images; remove the class "
                          "folder(s) or add images.")
-    by_key = {}
+    by_key: dict[Any, list] = {}
     for row, info in kept:
         by_key.setdefault(row[3], []).append((row, info))
     out = {}
@@ -480,8 +491,10 @@ SPLIT_RECORD = "data_split.csv"  # in the model dir: which file went to which sp
 _RECORD_HEAD = "# keras-vit data split: "
 
 
-def training_splits(spec, *, train_split="train", test_split="test", seed=0, test_fraction=DEFAULT_TEST_FRACTION,
-                    validation_split=0.0, max_train_examples=None, strict=False, record_dir=None, write_record=True):
+def training_splits(spec: str | os.PathLike, *, train_split: str = "train", test_split: str = "test", seed: int = 0,
+                    test_fraction: float = DEFAULT_TEST_FRACTION, validation_split: float = 0.0,
+                    max_train_examples: int | None = None, strict: bool = False, record_dir: str | os.PathLike | None = None,
+                    write_record: bool = True) -> tuple[Split, Split | None, Split]:
     """(train, validation or None, test) Splits of a folder or a CSV for a training run, streamed.
 
     As `file_splits`, then a stratified subset of `max_train_examples` training images and a
@@ -576,7 +589,7 @@ def _note_unrecorded(spec, names, record):
                     "train into a new --model-dir to split the data afresh", len(new), spec, record)
 
 
-def load_image_folder(root, splits=("train", "test"), **kwargs):
+def load_image_folder(root: str | os.PathLike, splits: Sequence[str] = ("train", "test"), **kwargs: Any) -> dict[str, Split]:
     """The splits of a folder of images, streamed from disk: `root/<split>/<class>/**` (and
     `root/val/<class>/**` as "validation"), or `root/<class>/**` split here (seeded). Any size and
     format; see `file_splits` for the arguments.
@@ -586,7 +599,7 @@ def load_image_folder(root, splits=("train", "test"), **kwargs):
     return file_splits(os.fspath(root), splits, **kwargs)
 
 
-def load_image_archive(path, splits=("train", "test"), **kwargs):
+def load_image_archive(path: str | os.PathLike, splits: Sequence[str] = ("train", "test"), **kwargs: Any) -> dict[str, Split]:
     """Reads a .tar/.tgz holding `[top/]<split>/<class>/*.jpg` (the layout of cifar10-jpeg.tgz) or
     `[top/]<class>/*`; see `file_splits`."""
     return file_splits(os.fspath(path), splits, **kwargs)
@@ -597,7 +610,8 @@ TRAIN_LOCAL_DATA = "--set data=FOLDER"
 IN_MEMORY_LIMIT = 2 * 1024**3  # bytes of decoded images; larger tfds datasets are streamed
 
 
-def load_tfds(name, splits=("train", "test"), data_dir=None, *, local_data=TRAIN_LOCAL_DATA):
+def load_tfds(name: str, splits: Sequence[str] = ("train", "test"), data_dir: str | os.PathLike | None = None, *,
+              local_data: str = TRAIN_LOCAL_DATA) -> dict[str, Split]:
     """A tfds dataset (e.g. "cifar10", "imagenet2012"); needs it prepared or internet access.
 
     Small datasets of one image size are read into memory; large ones (ImageNet) are
@@ -648,7 +662,7 @@ def _check_download_possible(name, data_dir, local_data=TRAIN_LOCAL_DATA):
             f"images that are here: {local_data}, a folder or an archive (.tgz) of train/<class>/ and test/<class>/.")
 
 
-def data_source(spec):
+def data_source(spec: str | os.PathLike) -> tuple[str, str | None]:
     """The one reading of a data spec: what it names, as (kind, value).
 
     "digits" -> ("digits", None); "tfds:NAME" or a bare name that is no path -> ("tfds",
@@ -676,7 +690,8 @@ def data_source(spec):
     return "tfds", spec
 
 
-def load_data(spec, splits=("train", "test"), *, local_data=TRAIN_LOCAL_DATA, **kwargs):
+def load_data(spec: str | os.PathLike, splits: Sequence[str] = ("train", "test"), *, local_data: str = TRAIN_LOCAL_DATA,
+              **kwargs: Any) -> dict[str, Split]:
     """Resolves a data spec (see `data_source`): "digits", "tfds:NAME", a folder, a CSV, a .tar/.tgz,
     or a tfds name. `kwargs` go to `file_splits` for folders, CSVs and archives (seed, test_fraction,
     strict, decode).
@@ -686,18 +701,19 @@ def load_data(spec, splits=("train", "test"), *, local_data=TRAIN_LOCAL_DATA, **
     if kind == "digits":
         return load_digits()
     if kind in ("folder", "csv", "archive"):
-        return file_splits(value, splits, **kwargs)
-    return load_tfds(value, splits, local_data=local_data)
+        return file_splits(cast(str, value), splits, **kwargs)
+    return load_tfds(cast(str, value), splits, local_data=local_data)
 
 
 # --- preprocessing and augmentation, in the graph -------------------------------------
 
-def to_model_range(images):
+def to_model_range(images: tf.Tensor) -> tf.Tensor:
     """uint8 [0, 255] -> float32 [-1, 1], as keras_vit.preprocess_input."""
     return scale_pixels(tf.cast(images, tf.float32))
 
 
-def inception_crop(image, size, min_area=0.05, seed=None):
+def inception_crop(image: tf.Tensor, size: Sequence[int], min_area: float = 0.05,
+                   seed: tf.Tensor | None = None) -> tf.Tensor:
     """Random crop covering min_area-100% of the image, aspect 3/4-4/3, resized to `size`."""
     begin, crop_size, _ = tf.image.sample_distorted_bounding_box(
         tf.shape(image), tf.zeros((0, 0, 4), tf.float32), min_object_covered=0.0,
@@ -707,7 +723,7 @@ def inception_crop(image, size, min_area=0.05, seed=None):
     return tf.image.resize(crop, size, method="bilinear", antialias=True)
 
 
-def pad_crop(image, size, pad):
+def pad_crop(image: tf.Tensor, size: Sequence[int], pad: int) -> tf.Tensor:
     """Pads by `pad` pixels (reflect) and takes a random crop of `size`: the CIFAR standard
     (an image of another size is resized to `size` first, antialiased)."""
     image = model_view(image, size)
@@ -715,15 +731,19 @@ def pad_crop(image, size, pad):
     return tf.image.random_crop(image, tuple(size) + (3,))
 
 
-def center_resize(image, size, crop_fraction=1.0, interpolation="bilinear"):
+def center_resize(image: tf.Tensor, size: Sequence[int], crop_fraction: float = 1.0,
+                  interpolation: str = "bilinear") -> tf.Tensor:
     """Evaluation: central crop of `crop_fraction` of the shorter side, resized to `size`: the
     model's view of an image, `keras_vit.images.model_view`."""
     return model_view(image, size, crop_fraction, interpolation)
 
 
-def make_dataset(split, image_size, batch_size, *, training, num_classes=None, crop="pad", min_area=0.05,
-                 pad=4, flip=True, randaugment=None, mixup=0.0, cutmix=0.0, crop_fraction=1.0, seed=0,
-                 repeat=False, drop_remainder=None, interpolation="bilinear", with_index=False):
+def make_dataset(split: Split, image_size: int | Sequence[int], batch_size: int, *, training: bool,
+                 num_classes: int | None = None, crop: str = "pad", min_area: float = 0.05, pad: int = 4,
+                 flip: bool = True, randaugment: Sequence[float] | None = None, mixup: float = 0.0,
+                 cutmix: float = 0.0, crop_fraction: float = 1.0, seed: int = 0, repeat: bool = False,
+                 drop_remainder: bool | None = None, interpolation: str = "bilinear",
+                 with_index: bool = False) -> tf.data.Dataset:
     """A batched tf.data pipeline of (images in [-1, 1], one-hot float labels) from a Split.
 
     Training: shuffle (seeded), crop ("inception": area `min_area`-100%; "pad": reflect-pad
@@ -792,7 +812,7 @@ def make_dataset(split, image_size, batch_size, *, training, num_classes=None, c
 
 
 @contextlib.contextmanager
-def unknown_length_quiet():
+def unknown_length_quiet() -> Iterator[None]:
     """Around fit / evaluate on file-streamed splits: their evaluation datasets have no known length
     (a file that fails to decode is dropped, not fatal), so Keras finds the end by reading to it and
     warns "Your input ran out of data; interrupting training" once; nothing is interrupted."""
@@ -933,8 +953,10 @@ def _is_data_spec(path, split):
     return kind in ("digits", "csv") or path.startswith("tfds:")
 
 
-def load_image_set(source, image_size, *, class_names=None, classes=None, labelled=True, split="test",
-                   max_images=None, seed=0, what="images"):
+def load_image_set(source: str | os.PathLike | Sequence[str | os.PathLike] | np.ndarray | tuple | Split | tf.data.Dataset,
+                   image_size: int | Sequence[int], *, class_names: Sequence[str] | None = None,
+                   classes: int | None = None, labelled: bool = True, split: str = "test", max_images: int | None = None,
+                   seed: int = 0, what: str = "images") -> tuple[np.ndarray, np.ndarray | None, str]:
     """Images for parity checks and calibration, as uint8 at `image_size`, with labels if known.
 
     `source` is one of:

@@ -27,16 +27,21 @@ or in Python:
     student.save("student.keras")
 """
 
+from __future__ import annotations
+
 import os
 import zipfile
+from typing import Any, Iterable, Sequence
 
 import keras
 from keras import ops
 
+from keras_vit._common import Tensor
+
 KINDS = ("hard", "soft")
 
 
-def load_teacher(path, *, precision="auto"):
+def load_teacher(path: str | os.PathLike, *, precision: str = "auto") -> keras.Model:
     """A frozen teacher from a `.keras` file, its logits in the training precision where it can.
 
     precision: "auto" (a keras-vit model is rebuilt under the global dtype policy, e.g.
@@ -78,7 +83,7 @@ def load_teacher(path, *, precision="auto"):
     return teacher
 
 
-def check_pair(student, teacher):
+def check_pair(student: keras.Model, teacher: keras.Model) -> None:
     """Refuses a student and teacher that cannot be distilled: the student needs a distillation
     token, both the same classes (names too, where both have them) and the same input size."""
     if not getattr(student, "distillation", False):
@@ -100,7 +105,7 @@ def check_pair(student, teacher):
                          "dynamic_image_size=True.")
 
 
-def two_heads(student):
+def two_heads(student: keras.Model) -> keras.Model:
     """A model sharing `student`'s layers that returns (class-head logits, distillation-head logits)."""
     if not getattr(student, "distillation", False):
         raise ValueError(f"{student.name!r} has no distillation token (distillation=False): it has one head.")
@@ -128,7 +133,8 @@ class Distiller(keras.Model):
     Save the student (`student.save`), not the Distiller: it holds the teacher too.
     """
 
-    def __init__(self, student, teacher, kind="hard", alpha=0.5, temperature=1.0, label_smoothing=0.0, **kwargs):
+    def __init__(self, student: keras.Model, teacher: keras.Model, kind: str = "hard", alpha: float = 0.5,
+                 temperature: float = 1.0, label_smoothing: float = 0.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if kind not in KINDS:
             raise ValueError(f"Unknown distillation kind {kind!r}; use one of {KINDS}.")
@@ -151,12 +157,12 @@ class Distiller(keras.Model):
         self.teacher_agreement = keras.metrics.Mean(name="teacher_agreement")
         self.built = True  # every layer is the student's or the teacher's, built; BackupAndRestore asks
 
-    def call(self, images, training=False):
+    def call(self, images: Tensor, training: bool = False) -> dict[str, Tensor]:
         cls, dist = self.heads(images, training=training)
         cls, dist = ops.cast(cls, "float32"), ops.cast(dist, "float32")
         return {"logits": (cls + dist) * 0.5, "cls": cls, "dist": dist}
 
-    def teacher_logits(self, images):
+    def teacher_logits(self, images: Tensor) -> Tensor:
         """The frozen teacher's logits (float32) for the student's input batch."""
         logits = self._teacher_logits(self._teacher_input(images), training=False)
         return ops.stop_gradient(ops.cast(logits, "float32"))
@@ -207,7 +213,7 @@ def _pixel_conversion(student, teacher):
                                                                                                        images.dtype)
 
 
-def head_accuracies(student, dataset):
+def head_accuracies(student: keras.Model, dataset: Iterable[Sequence[Tensor]]) -> dict[str, float]:
     """Top-1 accuracy of the class head alone, the distillation head alone and both averaged (the
     model's own logits), over (images, one-hot labels) batches: DeiT's Table 3 columns.
 

@@ -18,6 +18,8 @@ image sets (`load_image_set`) in keras_vit/data.py; both are re-exported here, w
 were first.
 """
 
+from __future__ import annotations
+
 import contextlib
 import io
 import json
@@ -26,6 +28,7 @@ import os
 import re
 import tempfile
 import warnings
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -52,6 +55,10 @@ from keras_vit.serving import (  # noqa: F401 (public here too)
     signature_name,
     tflite_classifier,
 )
+
+if TYPE_CHECKING:
+    import keras
+    import tensorflow as tf
 
 log = logging.getLogger("keras_vit")
 
@@ -328,9 +335,13 @@ def _load_model(model):
 
 # Over 80 lines with its docstring (the CLI's --help and the README point here); the code is ~45.
 @refuse_unknown_keywords
-def export_model(model, path, format=None, *, quantize=None, attention=False, representative_images=None,
-                 samples=None, max_samples=1000, calibration_images=200, overwrite=False, seed=0,
-                 image_sizes=None, resize=True, antialias=False, outputs=OUTPUTS):
+def export_model(model: keras.Model | str | os.PathLike, path: str | os.PathLike, format: str | None = None, *,
+                 quantize: str | None = None, attention: bool = False,
+                 representative_images: str | os.PathLike | Sequence[str] | np.ndarray | tf.data.Dataset | None = None,
+                 samples: str | os.PathLike | Sequence[str] | np.ndarray | tuple | tf.data.Dataset | None = None,
+                 max_samples: int = 1000, calibration_images: int = 200, overwrite: bool = False, seed: int = 0,
+                 image_sizes: Sequence[int | tuple[int, int]] | None = None, resize: bool = True,
+                 antialias: bool = False, outputs: str | Sequence[str] = OUTPUTS) -> dict[str, Any]:
     """Exports a keras-vit model as a SavedModel, a TFLite or an ONNX file, checked against Keras.
 
     The `serving_default` signature takes uint8 RGB images (N, H, W, 3) and returns
@@ -395,10 +406,12 @@ def export_model(model, path, format=None, *, quantize=None, attention=False, re
         The metadata dict written to `PATH.json`, with the parity report under "parity".
 
     Example:
-    >>> metadata = export_model("vit.keras", "vit.tflite", quantize="int8",
-    ...                         representative_images="cifar10/train", samples="cifar10/test")
-    >>> metadata["parity"]["top1_agreement"], metadata["parity"]["export_accuracy"]
-    >>> export_model("vit.keras", "vit.onnx", samples="cifar10/test")["parity"]["max_abs_logit_diff"]
+    >>> metadata = export_model("saved_models/vit_cifar10/model.keras", "vit.tflite",
+    ...                         samples="tests/data/cifar10_sample")
+    >>> metadata["format"], metadata["image_size"], metadata["parity"]["top1_agreement"]
+    ('tflite', [32, 32], 1.0)
+    >>> metadata["parity"]["max_abs_logit_diff"] < 1e-4
+    True
     """
     import keras
 

@@ -13,15 +13,19 @@ count is repeated over seeds, reported as mean and spread.
 JPEG files, a download; or tfds:NAME, prepared by tensorflow-datasets.)
 
 Example:
->>> result = keras_vit.fewshot_evaluate(model, "digits", shots=(1, 5), seeds=2)
->>> result["shots"]["5"]["mean"]   # test accuracy with 5 images per class
-0.83
+>>> model = keras_vit.fewshot.load_model("saved_models/vit_digits/model.keras")
+>>> result = keras_vit.fewshot_evaluate(model, "digits", shots=(1, 5), seeds=2, verbose=0)
+>>> result["shots"]["5"]["mean"] > 0.8   # test accuracy with 5 images per class
+True
 """
+
+from __future__ import annotations
 
 import json
 import logging
 import math
 import os
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -30,6 +34,9 @@ from keras_vit._files import atomic_path
 from keras_vit.applications import preprocess_input
 from keras_vit.data import Split, load_data
 from keras_vit.images import model_view, view_policy
+
+if TYPE_CHECKING:
+    import keras
 
 log = logging.getLogger("keras_vit")
 
@@ -51,11 +58,18 @@ class LeastSquaresProbe:
     decomposed instead (W = X^T (X X^T + l2 I)^-1 Y, the same solution).
 
     Example:
-    >>> probe = LeastSquaresProbe(train_features, train_labels, num_classes=10)
-    >>> probe.predict(test_features, l2=1.0)
+    >>> rng = np.random.default_rng(0)
+    >>> centres = rng.normal(size=(3, 8))
+    >>> labels = np.repeat([0, 1, 2], 20)
+    >>> features = centres[labels] + 0.1 * rng.normal(size=(60, 8))
+    >>> probe = LeastSquaresProbe(features, labels, num_classes=3)
+    >>> probe.predict(centres, l2=1.0)
+    array([0, 1, 2])
+    >>> probe.accuracy(features, labels, l2=1.0), probe.weights(l2=1.0).shape
+    (1.0, (9, 3))
     """
 
-    def __init__(self, features, labels, num_classes):
+    def __init__(self, features: np.ndarray, labels: np.ndarray, num_classes: int) -> None:
         x = np.asarray(features, np.float64)
         labels = np.asarray(labels).reshape(-1)
         if x.ndim != 2 or len(x) != len(labels):
@@ -76,28 +90,31 @@ class LeastSquaresProbe:
             self.left, self.right = x.T @ q, q.T @ y
         self.eigs = np.maximum(self.eigs, 0.0)  # round-off can make a zero eigenvalue slightly negative
 
-    def _design(self, features):
+    def _design(self, features: np.ndarray) -> np.ndarray:
         x = (np.asarray(features, np.float64) - self.mean) / self.std
         return np.concatenate([x, np.full((len(x), 1), BIAS)], axis=1)
 
-    def weights(self, l2):
+    def weights(self, l2: float) -> np.ndarray:
         """(d + 1, K): the ridge solution at `l2`, the bias weight last."""
         if not l2 > 0:
             raise ValueError(f"l2 must be positive, got {l2}.")
         return (self.left / (self.eigs + l2)) @ self.right
 
-    def decision(self, features, l2):
+    def decision(self, features: np.ndarray, l2: float) -> np.ndarray:
         """(n, K) scores; the predicted class is their argmax."""
         return self._design(features) @ self.weights(l2)
 
-    def predict(self, features, l2):
+    def predict(self, features: np.ndarray, l2: float) -> np.ndarray:
+        """(n,) the predicted class of each row of `features`."""
         return self.decision(features, l2).argmax(-1)
 
-    def accuracy(self, features, labels, l2):
+    def accuracy(self, features: np.ndarray, labels: np.ndarray, l2: float) -> float:
+        """The fraction of `features` whose predicted class is their label."""
         return float(np.mean(self.predict(features, l2) == np.asarray(labels).reshape(-1)))
 
 
-def choose_l2(probe, features, labels, l2_regs=L2_REGS):
+def choose_l2(probe: LeastSquaresProbe, features: np.ndarray, labels: np.ndarray,
+              l2_regs: Sequence[float] = L2_REGS) -> tuple[float, float]:
     """The regularizer with the best accuracy on held-out (features, labels); among equals the
     largest, the simplest classifier that does as well. Returns (l2, accuracy)."""
     scores = [probe.accuracy(features, labels, l2) for l2 in l2_regs]
@@ -106,7 +123,7 @@ def choose_l2(probe, features, labels, l2_regs=L2_REGS):
     return l2, best
 
 
-def load_model(path):
+def load_model(path: str | os.PathLike) -> keras.Model:
     """A model to evaluate: a keras-vit .keras file, or a checkpoint `from_pretrained` reads
     (a timm / transformers hub folder or .safetensors, an official .npz)."""
     from keras_vit.checkpoints import load_keras_model
@@ -120,7 +137,7 @@ def load_model(path):
     return from_pretrained(path)
 
 
-def feature_model(model):
+def feature_model(model: keras.Model) -> keras.Model:
     """images in the model's input range -> the frozen representation (the pre-logits, the
     head's input: what `include_top=False` with the model's pooling returns)."""
     if hasattr(model, "stage_model"):
@@ -137,7 +154,8 @@ def _input_size(model):
     return tuple(int(s) for s in size)
 
 
-def extract_features(model, images, batch_size=256, verbose="auto", what="images"):
+def extract_features(model: keras.Model, images: np.ndarray | Sequence[np.ndarray], batch_size: int = 256,
+                     verbose: str | int = "auto", what: str = "images") -> np.ndarray:
     """uint8 RGB images (N, H, W, 3), at any size, or a sequence of images of different sizes -> (N, D)
     float32 representations of `model`, each image seen as the model sees it (`keras_vit.images.model_view`
     with the model's crop_pct and interpolation), with a Keras progress bar for large sets."""
@@ -245,9 +263,10 @@ def _pick(images, idx):
 
 
 @refuse_unknown_keywords
-def fewshot_evaluate(model, data, shots=(1, 5, 10, 25), seeds=3, *, holdout=10, l2_regs=L2_REGS,
-                     test_images=None, batch_size=256, train_split="train", test_split="test",
-                     verbose="auto"):
+def fewshot_evaluate(model: keras.Model, data: str | os.PathLike | dict[str, Split],
+                     shots: int | Sequence[int] = (1, 5, 10, 25), seeds: int = 3, *, holdout: int = 10,
+                     l2_regs: Sequence[float] = L2_REGS, test_images: int | None = None, batch_size: int = 256,
+                     train_split: str = "train", test_split: str = "test", verbose: str | int = "auto") -> dict[str, Any]:
     """Few-shot linear accuracy of a model's frozen representation (the paper's Section 4).
 
     For each seed, `shots` images per class are drawn from the training split (the smaller
@@ -274,8 +293,12 @@ def fewshot_evaluate(model, data, shots=(1, 5, 10, 25), seeds=3, *, holdout=10, 
             training images (named).
 
     Example:
-    >>> result = fewshot_evaluate(keras_vit.load_keras_model("model.keras"), "digits", shots=(1, 5))
-    >>> print(format_table(result))
+    >>> model = keras_vit.fewshot.load_model("saved_models/vit_digits/model.keras")
+    >>> result = fewshot_evaluate(model, "digits", shots=(1, 5), seeds=2, verbose=0)
+    >>> result["num_classes"], result["feature_dim"], sorted(result["shots"])
+    (10, 64, ['1', '5'])
+    >>> result["shots"]["5"]["mean"] > 0.8
+    True
     """
     shots = sorted({int(s) for s in np.atleast_1d(shots)})
     if not shots or shots[0] < 1:
@@ -305,7 +328,7 @@ def fewshot_evaluate(model, data, shots=(1, 5, 10, 25), seeds=3, *, holdout=10, 
     test_x, test_y = _test_set(test, test_images, seed=0)
     test_features = extract_features(model, test_x, batch_size, verbose, "test images")
 
-    results = {}
+    results: dict[str, dict[str, Any]] = {}
     for n in shots:
         accuracies, chosen = [], []
         for draw in draws:
@@ -337,8 +360,19 @@ def fewshot_evaluate(model, data, shots=(1, 5, 10, 25), seeds=3, *, holdout=10, 
     }
 
 
-def format_table(result):
-    """The result of `fewshot_evaluate` as a Markdown table (shots, mean accuracy, spread)."""
+def format_table(result: dict[str, Any]) -> str:
+    """The result of `fewshot_evaluate` as a Markdown table (shots, mean accuracy, spread).
+
+    Example:
+    >>> import json
+    >>> with open("saved_models/vit_digits/fewshot.json") as f:
+    ...     print(format_table(json.load(f)))
+    Few-shot linear accuracy: saved_models/vit_digits/model.keras on sklearn digits [train] (64-d pre-logits, ...)
+    <BLANKLINE>
+    | shots per class | accuracy (mean) | std | min | max |
+    |---:|---:|---:|---:|---:|
+    | 1 | 89.97% | ...
+    """
     lines = [f"Few-shot linear accuracy: {result['model']} on {result['data']} "
              f"({result['feature_dim']}-d pre-logits, {result['num_classes']} classes, "
              f"{result['test_images']} test images, {result['seeds']} seeds)",
@@ -351,7 +385,7 @@ def format_table(result):
     return "\n".join(lines)
 
 
-def write_json(result, path):
+def write_json(result: dict[str, Any], path: str | os.PathLike) -> str:
     """Writes a result atomically as JSON."""
     path = os.fspath(path)
     with atomic_path(path) as tmp:

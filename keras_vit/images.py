@@ -19,14 +19,21 @@ One definition each, for `keras-vit train`, `predict`, `fewshot`, `visualize` an
   converter takes (MatMul, no ScaleAndTranslate).
 """
 
+from __future__ import annotations
+
 import io
 import logging
 import os
 import struct
 from concurrent.futures import ThreadPoolExecutor
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import keras
+
+    from keras_vit._common import Tensor
 
 log = logging.getLogger("keras_vit")
 
@@ -49,7 +56,7 @@ class ImageInfo(NamedTuple):
     height: int
     orientation: int = 1
     decoder: int = DECODE_TF
-    problem: str = None
+    problem: str | None = None
     mode: str = ""  # what becomes RGB: "grayscale", "grayscale+alpha", "RGBA", "CMYK", "16-bit ..."; "" for RGB
 
     @property
@@ -58,7 +65,7 @@ class ImageInfo(NamedTuple):
         return (self.width, self.height) if self.orientation >= 5 else (self.height, self.width)
 
 
-def max_image_pixels():
+def max_image_pixels() -> int:
     """The most pixels an image header may claim: $KERAS_VIT_MAX_IMAGE_PIXELS, else MAX_IMAGE_PIXELS."""
     value = os.environ.get(MAX_PIXELS_ENV)
     if not value:
@@ -72,7 +79,7 @@ def max_image_pixels():
     return limit
 
 
-def is_image_name(name):
+def is_image_name(name: str | os.PathLike) -> bool:
     return os.fspath(name).lower().endswith(IMAGE_EXTENSIONS)
 
 
@@ -249,7 +256,7 @@ def _probe(r):
     raise _Bad("Unknown image file format. keras-vit reads JPEG, PNG, GIF, BMP and WebP")
 
 
-def inspect(source, verify=True):
+def inspect(source: str | os.PathLike | bytes, verify: bool = True) -> ImageInfo:
     """The `ImageInfo` of an image file (a path) or of encoded bytes, from its header.
 
     Problems come back in `problem` rather than raised: "decompression bomb: ..." when the
@@ -295,7 +302,7 @@ def _read_bytes(source):
         return f.read()
 
 
-def inspect_many(sources, verify=True, workers=8):
+def inspect_many(sources: Sequence[str | os.PathLike | bytes], verify: bool = True, workers: int = 8) -> list[ImageInfo]:
     """`inspect` over many files, in threads (the time goes to opening files); a list of ImageInfo."""
     sources = list(sources)
     if len(sources) < 64:
@@ -304,7 +311,7 @@ def inspect_many(sources, verify=True, workers=8):
         return list(pool.map(lambda s: inspect(s, verify), sources))
 
 
-def check(info, name):
+def check(info: ImageInfo, name: str | os.PathLike) -> None:
     """Raises the ValueError a file's `ImageInfo.problem` calls for, naming the file."""
     if info.problem is None:
         return
@@ -330,7 +337,7 @@ def _pillow_rgb(data):
         raise ValueError(f"Pillow cannot read it: {e}") from None
 
 
-def orient(image, orientation):
+def orient(image: Tensor, orientation: Tensor | int) -> Tensor:
     """An (H, W, C) image as stored -> upright, for EXIF orientation 1-8 (a tensor or an int)."""
     import tensorflow as tf
 
@@ -353,7 +360,8 @@ def orient(image, orientation):
     return tf.switch_case(index, branches)
 
 
-def decode(data, orientation=1, decoder=DECODE_TF, pillow=False):
+def decode(data: Tensor | bytes, orientation: Tensor | int = 1, decoder: Tensor | int = DECODE_TF,
+           pillow: bool = False) -> Tensor:
     """Encoded bytes (a scalar string tensor) -> upright RGB uint8 (H, W, 3), in a tf.data graph or eagerly.
 
     `decoder` picks Pillow for the files `inspect` routes to it; `pillow=False` leaves that branch
@@ -373,7 +381,7 @@ def decode(data, orientation=1, decoder=DECODE_TF, pillow=False):
     return orient(image, orientation)
 
 
-def decode_eager(data, info):
+def decode_eager(data: bytes, info: ImageInfo) -> np.ndarray:
     """`decode` run once, eagerly, on bytes whose header gave `info`: upright RGB uint8 (numpy)."""
     import tensorflow as tf
 
@@ -387,7 +395,7 @@ def decode_eager(data, info):
     return np.asarray(orient(tf.convert_to_tensor(image), info.orientation))
 
 
-def tf_reason(error):
+def tf_reason(error: BaseException) -> str:
     """A TensorFlow op error's message without the op's wrapping ({{function_node ...}}, [Op:...])."""
     import re
 
@@ -397,7 +405,7 @@ def tf_reason(error):
     return text.strip().splitlines()[0] if text.strip() else type(error).__name__
 
 
-def read_image(source, name=None):
+def read_image(source: str | os.PathLike | bytes, name: str | None = None) -> np.ndarray:
     """An image file (a path) or encoded bytes -> upright RGB uint8 (H, W, 3), its header checked first.
 
     Raises:
@@ -423,9 +431,10 @@ def read_image(source, name=None):
     return image
 
 
-def list_images(folder, recursive=True):
+def list_images(folder: str | os.PathLike[str], recursive: bool = True) -> tuple[list[str], list[str]]:
     """(image files, other files) under `folder`, sorted by relative path; hidden files are neither."""
-    images, others = [], []
+    images: list[str] = []
+    others: list[str] = []
     for root, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if not d.startswith(".")) if recursive else []
         for f in sorted(files):
@@ -438,7 +447,8 @@ def list_images(folder, recursive=True):
 
 # --- the model's view ----------------------------------------------------------------------------
 
-def view_policy(model=None, crop_pct=None, interpolation=None):
+def view_policy(model: keras.Model | None = None, crop_pct: float | None = None,
+                interpolation: str | None = None) -> tuple[float, str]:
     """(crop_pct, interpolation) for `model_view`: the arguments, else the model's, else (1.0, "bilinear")."""
     crop = crop_pct if crop_pct is not None else getattr(model, "crop_pct", None)
     method = interpolation or getattr(model, "interpolation", None) or "bilinear"
@@ -477,7 +487,8 @@ def _weights(n_in, offset, window, n_out, method):
     return w / tf.reduce_sum(w, axis=1, keepdims=True)
 
 
-def model_view(images, size, crop_pct=1.0, interpolation="bilinear", portable=False):
+def model_view(images: np.ndarray | Tensor, size: int | Sequence[int], crop_pct: float = 1.0,
+               interpolation: str = "bilinear", portable: bool = False) -> Tensor:
     """Images (H, W, 3) or (N, H, W, 3), pixels 0-255 of any dtype and size -> float32 at `size`.
 
     The central `crop_pct` of the shorter side (a square; below 1.0 only, as timm's resize to
@@ -529,7 +540,8 @@ def model_view(images, size, crop_pct=1.0, interpolation="bilinear", portable=Fa
     return x[0] if single else x
 
 
-def view_pixels(images, size, crop_pct=1.0, interpolation="bilinear"):
+def view_pixels(images: np.ndarray, size: int | Sequence[int], crop_pct: float = 1.0,
+                interpolation: str = "bilinear") -> np.ndarray:
     """`model_view` rounded back to uint8 (numpy), for models that take pixels at their size (TFLite)."""
     view = model_view(np.asarray(images), size, crop_pct, interpolation)
     return np.clip(np.round(np.asarray(view)), 0, 255).astype(np.uint8)

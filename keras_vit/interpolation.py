@@ -27,8 +27,15 @@ The methods, each named for the code whose numbers it reproduces:
 Every method gives the identity at n_out == n_in.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
 import numpy as np
 from keras import ops
+
+if TYPE_CHECKING:
+    from keras_vit._common import Tensor
 
 METHODS = ("official", "bilinear", "bicubic", "torch_bicubic_antialias", "torch_bicubic")
 
@@ -61,7 +68,7 @@ def _cubic_np(t, a):
     )
 
 
-def resampling_matrix(n_in, n_out, method="official"):
+def resampling_matrix(n_in: int, n_out: int, method: str = "official") -> np.ndarray:
     """(n_out, n_in) float64 NumPy weights that resample a length-`n_in` axis to `n_out`.
 
     Rows are output positions; `matrix @ values` resamples `values` (n_in, ...) along its
@@ -118,7 +125,7 @@ def resampling_matrix(n_in, n_out, method="official"):
     return weights
 
 
-def resample_grid_numpy(grid, new_grid, method="official"):
+def resample_grid_numpy(grid: np.ndarray, new_grid: Sequence[int], method: str = "official") -> np.ndarray:
     """Resamples a (gh, gw, ...) array to (new_gh, new_gw, ...), rows then columns, in float64."""
     rows = resampling_matrix(grid.shape[0], new_grid[0], method)
     cols = resampling_matrix(grid.shape[1], new_grid[1], method)
@@ -140,7 +147,7 @@ def _cubic(t, a=-0.5):
     return ops.where(t <= 1, near, ops.where(t < 2, far, ops.zeros_like(t)))
 
 
-def interpolation_matrix(n_in, n_out, method="official"):
+def interpolation_matrix(n_in: int, n_out: Tensor | int, method: str = "official") -> Tensor:
     """(n_out, n_in) float32 weights that resample a length-`n_in` axis to `n_out`.
 
     The in-graph twin of `resampling_matrix` (equal to it within float32 rounding).
@@ -197,7 +204,7 @@ def interpolation_matrix(n_in, n_out, method="official"):
     return weights / ops.sum(weights, axis=1, keepdims=True)
 
 
-def resample_grid(grid, new_grid, method="official"):
+def resample_grid(grid: Tensor, new_grid: Sequence[Tensor | int], method: str = "official") -> Tensor:
     """Resamples a (gh, gw, D) tensor to (new_gh, new_gw, D), rows then columns, in float32.
 
     `grid`'s first two sizes must be static; `new_grid`'s may be symbolic.

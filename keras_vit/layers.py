@@ -5,12 +5,15 @@ Numerics follow the official implementation (google-research/vision_transformer,
 form, attention scaled by 1/sqrt(head_dim) with the softmax in float32.
 """
 
+from __future__ import annotations
+
 import math
+from typing import Any, Sequence
 
 import keras
 from keras import ops
 
-from keras_vit._common import check_layer_keywords
+from keras_vit._common import Shape, Tensor, check_layer_keywords
 from keras_vit._common import register as _register
 from keras_vit._common import to_pair as _pair
 from keras_vit import interpolation
@@ -68,22 +71,22 @@ class Patches(keras.layers.Layer):
     so `patches @ kernel.reshape(-1, D)` is the patch embedding.
 
     Example:
-    >>> Patches(16)(keras.ops.zeros((2, 224, 160, 3))).shape
+    >>> tuple(Patches(16)(keras.ops.zeros((2, 224, 160, 3))).shape)  # 14 x 10 patches of 16 x 16 x 3
     (2, 140, 768)
     """
 
-    def __init__(self, patch_size, **kwargs):
+    def __init__(self, patch_size: int | tuple[int, int], **kwargs: Any) -> None:
         check_layer_keywords(Patches, kwargs)
         super().__init__(**kwargs)
         self.patch_size = _pair(patch_size, "patch_size")
 
-    def compute_output_shape(self, input_shape):
+    def compute_output_shape(self, input_shape: Shape) -> tuple[int | None, ...]:
         b, h, w, c = tuple(input_shape)
         gh, gw = grid_size((h, w), self.patch_size, "image shape (H, W)")
         ph, pw = self.patch_size
         return (b, gh * gw, ph * pw * c)
 
-    def call(self, images):
+    def call(self, images: Tensor) -> Tensor:
         if len(images.shape) != 4:
             raise ValueError(f"Patches expects images (B, H, W, C), got shape {tuple(images.shape)}.")
         _, h, w, c = images.shape
@@ -93,7 +96,7 @@ class Patches(keras.layers.Layer):
         x = ops.transpose(x, (0, 1, 3, 2, 4, 5))
         return ops.reshape(x, (-1, gh * gw, ph * pw * c))
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "patch_size": self.patch_size}
 
 
@@ -159,14 +162,15 @@ class PatchEncoder(keras.layers.Layer):
 
     Example:
     >>> enc = PatchEncoder(192, patch_size=16)
-    >>> enc(keras.ops.zeros((1, 224, 224, 3))).shape, enc.grid_size
+    >>> tuple(enc(keras.ops.zeros((1, 224, 224, 3))).shape), enc.grid_size
     ((1, 197, 192), (14, 14))
-    >>> enc(keras.ops.zeros((1, 384, 320, 3))).shape  # 24 x 20 patches, embeddings resampled
+    >>> tuple(enc(keras.ops.zeros((1, 384, 320, 3))).shape)  # 24 x 20 patches, embeddings resampled
     (1, 481, 192)
     """
 
-    def __init__(self, hidden_size, patch_size=16, class_token=True, posemb_grid=None, posemb_resample="official",
-                 distillation_token=False, **kwargs):
+    def __init__(self, hidden_size: int, patch_size: int | tuple[int, int] = 16, class_token: bool = True,
+                 posemb_grid: int | tuple[int, int] | None = None, posemb_resample: str = "official",
+                 distillation_token: bool = False, **kwargs: Any) -> None:
         check_layer_keywords(PatchEncoder, kwargs)
         super().__init__(**kwargs)
         self.hidden_size = int(hidden_size)
@@ -180,7 +184,7 @@ class PatchEncoder(keras.layers.Layer):
         if posemb_resample not in interpolation.METHODS:
             raise ValueError(f"Unknown posemb_resample {posemb_resample!r}; use one of {interpolation.METHODS}.")
         self.posemb_resample = posemb_resample
-        self.grid_size = self.posemb_grid
+        self.grid_size: Any = self.posemb_grid  # (gh, gw) once built
         self.projection = keras.layers.Conv2D(
             self.hidden_size,
             self.patch_size,
@@ -192,7 +196,7 @@ class PatchEncoder(keras.layers.Layer):
             dtype=self.dtype_policy,
         )
 
-    def build(self, input_shape):
+    def build(self, input_shape: Shape) -> None:
         _, h, w, c = tuple(input_shape)
         if self.posemb_grid is not None:
             self.grid_size = self.posemb_grid
@@ -217,17 +221,17 @@ class PatchEncoder(keras.layers.Layer):
         )
 
     @property
-    def num_patches(self):
+    def num_patches(self) -> int:
         return self.grid_size[0] * self.grid_size[1]
 
-    def compute_output_shape(self, input_shape):
+    def compute_output_shape(self, input_shape: Shape) -> tuple[int | None, ...]:
         _, h, w, _ = tuple(input_shape)
         if h is None or w is None:
             return (input_shape[0], None, self.hidden_size)
         gh, gw = grid_size((h, w), self.patch_size, "input (H, W) of the patch encoder")
         return (input_shape[0], self.num_prefix_tokens + gh * gw, self.hidden_size)
 
-    def position_embeddings_for(self, grid):
+    def position_embeddings_for(self, grid: Sequence[int | Tensor]) -> Tensor:
         """The position embeddings (1, prefix + gh * gw, D) for a patch grid, in float32.
 
         `grid` may hold symbolic sizes; the stored embeddings come back unchanged at the
@@ -249,7 +253,7 @@ class PatchEncoder(keras.layers.Layer):
         same = ops.logical_and(ops.equal(grid[0], gh), ops.equal(grid[1], gw))
         return ops.cond(same, lambda: stored, resampled)
 
-    def call(self, inputs):
+    def call(self, inputs: Tensor) -> Tensor:
         check_patch_multiple(inputs, self.patch_size, "input (H, W) of the patch encoder")
         x = self.projection(inputs)
         grid = tuple(x.shape[1:3])
@@ -262,7 +266,7 @@ class PatchEncoder(keras.layers.Layer):
             x = ops.concatenate(prefix + [x], axis=1)
         return x + ops.cast(self.position_embeddings_for(grid), x.dtype)
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         return {
             **super().get_config(),
             "hidden_size": self.hidden_size,
@@ -276,9 +280,21 @@ class PatchEncoder(keras.layers.Layer):
 
 @_register
 class DropPath(keras.layers.Layer):
-    """Stochastic depth: drops a whole residual branch per sample while training."""
+    """Stochastic depth: drops a whole residual branch per sample while training.
 
-    def __init__(self, rate=0.0, seed=None, **kwargs):
+    Each sample's branch is kept with probability 1 - rate and scaled by 1 / (1 - rate), so its
+    expectation is unchanged; at inference the branch passes as it is.
+
+    Example:
+    >>> drop = DropPath(0.5, seed=0)
+    >>> x = np.ones((4, 3), "float32")
+    >>> keras.ops.convert_to_numpy(drop(x, training=False))[:, 0]
+    array([1., 1., 1., 1.], dtype=float32)
+    >>> sorted(set(keras.ops.convert_to_numpy(drop(x, training=True)).ravel().tolist()) - {0.0, 2.0})
+    []
+    """
+
+    def __init__(self, rate: float = 0.0, seed: int | None = None, **kwargs: Any) -> None:
         check_layer_keywords(DropPath, kwargs)
         super().__init__(**kwargs)
         if not 0.0 <= rate < 1.0:
@@ -287,7 +303,7 @@ class DropPath(keras.layers.Layer):
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed) if self.rate else None
 
-    def call(self, x, training=None):
+    def call(self, x: Tensor, training: bool | None = None) -> Tensor:
         if not training or not self.rate:
             return x
         keep = 1.0 - self.rate
@@ -295,7 +311,7 @@ class DropPath(keras.layers.Layer):
         mask = ops.floor(keep + keras.random.uniform(shape, seed=self.seed_generator, dtype=x.dtype))
         return x / ops.cast(keep, x.dtype) * mask
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "rate": self.rate, "seed": self.seed}
 
 
@@ -352,12 +368,12 @@ class Attention(keras.layers.Layer):
     Example:
     >>> attention = Attention(num_heads=3)
     >>> y, probs = attention(keras.ops.zeros((2, 197, 192)), return_attention_scores=True)
-    >>> y.shape, probs.shape
+    >>> tuple(y.shape), tuple(probs.shape)
     ((2, 197, 192), (2, 3, 197, 197))
     """
 
-    def __init__(self, num_heads, attention_dropout_rate=0.0, attention_implementation="auto", formulation="fused",
-                 **kwargs):
+    def __init__(self, num_heads: int, attention_dropout_rate: float = 0.0, attention_implementation: str = "auto",
+                 formulation: str = "fused", **kwargs: Any) -> None:
         check_layer_keywords(Attention, kwargs)
         super().__init__(**kwargs)
         self.num_heads = int(num_heads)
@@ -367,11 +383,12 @@ class Attention(keras.layers.Layer):
         self.attention_dropout = keras.layers.Dropout(self.attention_dropout_rate, dtype=self.dtype_policy)
         self.query = self.key = self.value = self.out = None
 
-    def use_projections(self, query, key, value, out):
+    def use_projections(self, query: keras.layers.Dense, key: keras.layers.Dense, value: keras.layers.Dense,
+                        out: keras.layers.Dense) -> None:
         """Shares built Dense layers as the four projections (a TransformerBlock's own)."""
         self.query, self.key, self.value, self.out = query, key, value, out
 
-    def build(self, input_shape):
+    def build(self, input_shape: Shape) -> None:
         hidden = int(input_shape[-1])
         if hidden % self.num_heads:
             raise ValueError(f"hidden_size {hidden} is not divisible by num_heads {self.num_heads}.")
@@ -403,7 +420,8 @@ class Attention(keras.layers.Layer):
         weights = self.attention_dropout(ops.cast(probs, self.compute_dtype), training=training)
         return ops.matmul(weights, v), probs
 
-    def call(self, x, training=None, return_attention_scores=False):
+    def call(self, x: Tensor, training: bool | None = None,
+             return_attention_scores: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         """x (B, T, D), already normalized -> (B, T, D) [, probs (B, heads, T, T)]."""
         y, probs = self._attend(x, training, return_attention_scores)
         return (y, probs) if return_attention_scores else y
@@ -440,7 +458,7 @@ class Attention(keras.layers.Layer):
             y = ops.transpose(y, (0, 2, 1, 3))
         return self.out(ops.reshape(y, (b, t, d))), probs
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         return {
             **super().get_config(),
             "num_heads": self.num_heads,
@@ -474,23 +492,23 @@ class TransformerBlock(keras.layers.Layer):
     Example:
     >>> block = TransformerBlock(num_heads=3, mlp_dim=768)
     >>> y, attn = block(keras.ops.zeros((2, 197, 192)), return_attention_scores=True)
-    >>> y.shape, attn.shape
+    >>> tuple(y.shape), tuple(attn.shape)
     ((2, 197, 192), (2, 3, 197, 197))
     """
 
     def __init__(
         self,
-        num_heads,
-        mlp_dim,
-        dropout_rate=0.0,
-        attention_dropout_rate=0.0,
-        drop_path_rate=0.0,
-        approximate_gelu=True,
-        layer_norm_epsilon=1e-6,
-        attention_implementation="auto",
-        formulation="fused",
-        **kwargs,
-    ):
+        num_heads: int,
+        mlp_dim: int,
+        dropout_rate: float = 0.0,
+        attention_dropout_rate: float = 0.0,
+        drop_path_rate: float = 0.0,
+        approximate_gelu: bool = True,
+        layer_norm_epsilon: float = 1e-6,
+        attention_implementation: str = "auto",
+        formulation: str = "fused",
+        **kwargs: Any,
+    ) -> None:
         check_layer_keywords(TransformerBlock, kwargs)
         super().__init__(**kwargs)
         self.num_heads = int(num_heads)
@@ -511,33 +529,33 @@ class TransformerBlock(keras.layers.Layer):
         self._attention = Attention(self.num_heads, self.attention_dropout_rate, attention_implementation,
                                     formulation, name="attention", dtype=policy)
         self.mlp_dense1 = keras.layers.Dense(self.mlp_dim, name="mlp_dense1", **mlp_dense)
-        self.mlp_dense2 = None  # its width is the input's, known in build
+        self.mlp_dense2: keras.layers.Dense | None = None  # its width is the input's, known in build
         self._mlp_dense = mlp_dense
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=policy)
         self.drop_path = DropPath(self.drop_path_rate, dtype=policy)
 
     @property
-    def attention_implementation(self):
+    def attention_implementation(self) -> str:
         return self._attention.attention_implementation
 
     @attention_implementation.setter
-    def attention_implementation(self, value):
+    def attention_implementation(self, value: str) -> None:
         self._attention.attention_implementation = _check_attention_implementation(value)
 
     @property
-    def formulation(self):
+    def formulation(self) -> str:
         return self._attention.formulation
 
     @formulation.setter
-    def formulation(self, value):
+    def formulation(self, value: str) -> None:
         self._attention.formulation = _check_formulation(value)
 
-    def attention_layer(self):
+    def attention_layer(self) -> Attention:
         """The block's `Attention` layer (sharing the block's query/key/value/out). A method,
         not an attribute: an attribute would change where Keras saves the projections."""
         return self._attention
 
-    def build(self, input_shape):
+    def build(self, input_shape: Shape) -> None:
         input_shape = tuple(input_shape)
         hidden = input_shape[-1]
         if hidden % self.num_heads:
@@ -578,7 +596,8 @@ class TransformerBlock(keras.layers.Layer):
         y = self._gelu(self.mlp_dense1(x))
         return self.mlp_dense2(self.dropout(y, training=training))
 
-    def call(self, inputs, training=None, return_attention_scores=False):
+    def call(self, inputs: Tensor, training: bool | None = None,
+             return_attention_scores: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         y, probs = self._attention(self.norm1(inputs), training=training, return_attention_scores=True) \
             if return_attention_scores else (self._attention(self.norm1(inputs), training=training), None)
         x = inputs + self.drop_path(self.dropout(y, training=training), training=training)
@@ -588,7 +607,7 @@ class TransformerBlock(keras.layers.Layer):
             return x, probs
         return x
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         return {
             **super().get_config(),
             "num_heads": self.num_heads,

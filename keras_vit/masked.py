@@ -18,14 +18,21 @@ The corruption works on the model's own patches (its patch size, at whatever ima
 recipe sets); the targets are computed from the same (augmented) images the model sees.
 """
 
+from __future__ import annotations
+
+from typing import Any, Sequence
+
 import keras
 from keras import ops
+
+from keras_vit._common import Tensor
 
 # corruption kinds, per patch
 UNTOUCHED, MASKED, RANDOM, KEPT = 0, 1, 2, 3
 
 
-def colour_targets(images, patch_size, bits=3, pixel_mean=(0.5,) * 3, pixel_std=(0.5,) * 3):
+def colour_targets(images: Tensor, patch_size: Sequence[int], bits: int = 3,
+                   pixel_mean: Sequence[float] = (0.5,) * 3, pixel_std: Sequence[float] = (0.5,) * 3) -> Tensor:
     """Each patch's mean colour quantized to `bits` per channel, as one class in [0, 2^(3 bits)).
 
     images: (B, H, W, 3) normalized as the model takes them, x = (pixels / 255 - mean) / std.
@@ -35,7 +42,7 @@ def colour_targets(images, patch_size, bits=3, pixel_mean=(0.5,) * 3, pixel_std=
     Returns int32 (B, N), patches in row-major order (the model's token order).
 
     Example:
-    >>> colour_targets(keras.ops.ones((1, 8, 8, 3)), 4)  # white: bin 7 everywhere -> 511
+    >>> colour_targets(keras.ops.ones((1, 8, 8, 3)), (4, 4))  # white: bin 7 everywhere -> 511
     """
     ph, pw = patch_size
     h, w = images.shape[1], images.shape[2]
@@ -55,7 +62,8 @@ def colour_targets(images, patch_size, bits=3, pixel_mean=(0.5,) * 3, pixel_std=
     return ops.cast(q[..., 0] * levels * levels + q[..., 1] * levels + q[..., 2], "int32")
 
 
-def corruption_plan(batch, num_patches, seed, corrupt=0.5, mask=0.8, random=0.1):
+def corruption_plan(batch: Tensor | int, num_patches: int, seed: Tensor | int, corrupt: float = 0.5,
+                    mask: float = 0.8, random: float = 0.1) -> tuple[Tensor, Tensor]:
     """Which patches to corrupt and how: (kind (B, N) int32, source (B, N) int32).
 
     Exactly round(corrupt * N) patches (at least 1) of each image are chosen at random; each
@@ -110,7 +118,8 @@ class MaskedPatchPretrainer(keras.Model):
     predicted right).
     """
 
-    def __init__(self, encoder, corrupt=0.5, mask=0.8, random=0.1, bits=3, seed=0, **kwargs):
+    def __init__(self, encoder: keras.Model, corrupt: float = 0.5, mask: float = 0.8, random: float = 0.1,
+                 bits: int = 3, seed: int = 0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         _check_fractions(corrupt, mask, random)
         if getattr(encoder, "resnet", None) is not None:
@@ -145,7 +154,7 @@ class MaskedPatchPretrainer(keras.Model):
         # its slots and the run a warning
         return [w for w in super().trainable_weights if not w.path.startswith(("head/", "head_dist/"))]
 
-    def corrupt_embeddings(self, x, training=True):
+    def corrupt_embeddings(self, x: Tensor, training: bool = True) -> tuple[Tensor, Tensor]:
         """Patch embeddings (B, N, D) -> (corrupted embeddings, kind (B, N))."""
         batch, n, d = ops.shape(x)[0], x.shape[1], x.shape[2]
         kind, source = corruption_plan(batch, n, self.seed_generator, self.corrupt, self.mask, self.random)
@@ -156,7 +165,7 @@ class MaskedPatchPretrainer(keras.Model):
         x = ops.where(k == MASKED, mask_token, ops.where(k == RANDOM, replaced, x))
         return x, kind
 
-    def call(self, images, training=False):
+    def call(self, images: Tensor, training: bool = False) -> dict[str, Tensor]:
         enc, pe = self.encoder, self.patch_encoder
         x = pe.projection(images)
         x = ops.reshape(x, (-1, self.grid[0] * self.grid[1], pe.hidden_size))  # static N: the plan needs it

@@ -5,12 +5,15 @@ keras_vit/presets.py; this module builds models from it. Weights named by `weigh
 are loaded by keras_vit/checkpoints.py through `register_weights_loader`.
 """
 
+from __future__ import annotations
+
 import functools
+from typing import Any, Iterator, Sequence
 
 import keras
 from keras import ops
 
-from keras_vit._common import check_keywords, keywords_of
+from keras_vit._common import Tensor, check_keywords, keywords_of
 from keras_vit._common import register as _register
 from keras_vit._common import to_pair as _pair
 from keras_vit.images import view_policy
@@ -218,48 +221,48 @@ class VisionTransformer(keras.Model):
     Example:
     >>> model = VisionTransformer(image_size=32, patch_size=4, hidden_size=64, num_layers=2,
     ...                           num_heads=4, mlp_dim=128, classes=10)
-    >>> model(keras.ops.zeros((1, 32, 32, 3))).shape
+    >>> tuple(model(keras.ops.zeros((1, 32, 32, 3))).shape)
     (1, 10)
     """
 
     def __init__(
         self,
-        image_size=224,
-        patch_size=16,
-        hidden_size=768,
-        num_layers=12,
-        num_heads=12,
-        mlp_dim=3072,
-        classes=1000,
-        include_top=True,
-        classifier="token",
-        representation_size=None,
-        resnet=None,
-        dropout_rate=0.0,
-        attention_dropout_rate=0.0,
-        drop_path_rate=0.0,
-        classifier_activation=None,
-        weights=None,
-        name=None,
+        image_size: int | tuple[int, int] = 224,
+        patch_size: int | tuple[int, int] = 16,
+        hidden_size: int = 768,
+        num_layers: int = 12,
+        num_heads: int = 12,
+        mlp_dim: int = 3072,
+        classes: int = 1000,
+        include_top: bool = True,
+        classifier: str = "token",
+        representation_size: int | None = None,
+        resnet: dict[str, Any] | None = None,
+        dropout_rate: float = 0.0,
+        attention_dropout_rate: float = 0.0,
+        drop_path_rate: float = 0.0,
+        classifier_activation: str | None = None,
+        weights: str | None = None,
+        name: str | None = None,
         *,
-        pooling=None,
-        approximate_gelu=True,
-        input_tensor=None,
-        channels=3,
-        class_names=None,
-        attention_implementation="auto",
-        variant=None,
-        dynamic_image_size=False,
-        posemb_resample="official",
-        layer_norm_epsilon=1e-6,
-        fc_norm=False,
-        pixel_mean=(0.5, 0.5, 0.5),
-        pixel_std=(0.5, 0.5, 0.5),
-        distillation=False,
-        crop_pct=1.0,
-        interpolation="bilinear",
-        **kwargs,
-    ):
+        pooling: str | None = None,
+        approximate_gelu: bool = True,
+        input_tensor: keras.KerasTensor | None = None,
+        channels: int = 3,
+        class_names: Sequence[str] | None = None,
+        attention_implementation: str = "auto",
+        variant: str | None = None,
+        dynamic_image_size: bool = False,
+        posemb_resample: str = "official",
+        layer_norm_epsilon: float = 1e-6,
+        fc_norm: bool = False,
+        pixel_mean: Sequence[float] = (0.5, 0.5, 0.5),
+        pixel_std: Sequence[float] = (0.5, 0.5, 0.5),
+        distillation: bool = False,
+        crop_pct: float = 1.0,
+        interpolation: str = "bilinear",
+        **kwargs: Any,
+    ) -> None:
         check_keywords(kwargs, vit_keywords(), "VisionTransformer")
         args = _check_arguments(dict(
             image_size=image_size, patch_size=patch_size, hidden_size=hidden_size, num_layers=num_layers,
@@ -284,7 +287,7 @@ class VisionTransformer(keras.Model):
         if weights is not None:
             _load_weights(self, weights)
 
-    def compile(self, optimizer="rmsprop", loss=None, *args, **kwargs):
+    def compile(self, optimizer: Any = "rmsprop", loss: Any = None, *args: Any, **kwargs: Any) -> None:
         """keras.Model.compile; a loss expecting probabilities on a logits head (the default,
         classifier_activation=None) is compiled as from_logits=True, with a warning (see _losses)."""
         check_keywords(kwargs, keywords_of(keras.Model.compile), "compile")
@@ -295,21 +298,21 @@ class VisionTransformer(keras.Model):
                                       model_name=self.name)
         return super().compile(optimizer, loss, *args, **kwargs)
 
-    def compile_from_config(self, config):
+    def compile_from_config(self, config: dict[str, Any]) -> None:
         # Keras skips this for any model that overrides compile(); ours only adjusts the loss, so a
         # saved compiled model loads compiled, as Trainer.compile_from_config would do it.
         self.compile(**keras.saving.deserialize_keras_object(config))
         if hasattr(self, "optimizer") and self.built:
             self.optimizer.build(self.trainable_variables)
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # Keras' own refusal names shapes only ("expected shape=(None, 8, 8, 3), found shape=(2, 32, 32, 3)");
         # this one names the ways to another size.
         if not getattr(self, "dynamic_image_size", True):
             self._check_image_size(args[0] if args else kwargs.get("inputs"))
         return super().__call__(*args, **kwargs)
 
-    def call(self, inputs, training=None, mask=None, **kwargs):
+    def call(self, inputs: Tensor, training: bool | None = None, mask: Tensor | None = None, **kwargs: Any) -> Tensor:
         # JAX's fit and predict reach the model through stateless_call -> call, past __call__ and past
         # Keras' own shape check (a model of one size then ran other sizes, its position embeddings
         # resampled unasked).
@@ -319,15 +322,15 @@ class VisionTransformer(keras.Model):
 
     # Arrays given to fit / evaluate / predict are checked before Keras' loop: under JAX an error inside
     # it leaves the model's variables purged, the model unusable for the rest of the session.
-    def fit(self, x=None, *args, **kwargs):
+    def fit(self, x: Any = None, *args: Any, **kwargs: Any) -> keras.callbacks.History:
         self._check_image_size(x)
         return super().fit(x, *args, **kwargs)
 
-    def evaluate(self, x=None, *args, **kwargs):
+    def evaluate(self, x: Any = None, *args: Any, **kwargs: Any) -> Any:
         self._check_image_size(x)
         return super().evaluate(x, *args, **kwargs)
 
-    def predict(self, x, *args, **kwargs):
+    def predict(self, x: Any, *args: Any, **kwargs: Any) -> Any:
         self._check_image_size(x)
         return super().predict(x, *args, **kwargs)
 
@@ -350,16 +353,16 @@ class VisionTransformer(keras.Model):
                 "of its patch size (resampled in the graph).")
 
     @property
-    def patch_encoder(self):
+    def patch_encoder(self) -> PatchEncoder:
         return self.get_layer("patch_encoder")
 
     @property
-    def blocks(self):
+    def blocks(self) -> list[TransformerBlock]:
         """The TransformerBlocks, in order."""
         return [self.get_layer(f"encoderblock_{i}") for i in range(self.num_layers)]
 
     @property
-    def num_prefix_tokens(self):
+    def num_prefix_tokens(self) -> int:
         return int(self.classifier == "token") + int(self.distillation)
 
     # -- the feature API: what export, visualize and fine-tuning code ask the model for ---------
@@ -368,26 +371,30 @@ class VisionTransformer(keras.Model):
     # LayerNorm -> "features" (B, T, D) -> pooling [+ pre-logits] -> "pre_logits" (the head's
     # input) -> head -> "logits" (before any classifier_activation; only with include_top).
 
-    def stage_model(self, start="images", end="logits"):
+    def stage_model(self, start: str = "images", end: str = "logits") -> keras.Model:
         """A Keras model from one cut point of this model to a later one, sharing its layers.
 
         start, end: "images", "embedded", "encoded", "features", "pre_logits", "logits".
 
         Example:
-        >>> logits = model.stage_model("images", "logits")(images)  # without the softmax
+        >>> model = keras_vit.ViTTi16(input_shape=(32, 32, 3), classes=10, classifier_activation="softmax")
+        >>> features = model.stage_model("images", "pre_logits")  # the pooled representation, (B, 192)
+        >>> tuple(features(np.zeros((2, 32, 32, 3), "float32")).shape)
+        (2, 192)
         """
         return self._stages.model(self, start, end)
 
-    def forward_features(self, images, training=False):
+    def forward_features(self, images: Tensor, training: bool = False) -> Tensor:
         """Images in [-1, 1] -> the encoded tokens after the final LayerNorm, (B, T, D)."""
         return self.stage_model("images", "features")(images, training=training)
 
-    def forward_head(self, features, pre_logits=False, training=False):
+    def forward_head(self, features: Tensor, pre_logits: bool = False, training: bool = False) -> Tensor:
         """`forward_features`' tokens -> logits (before any activation), or with `pre_logits`
         the pooled representation the head reads."""
         return self.stage_model("features", "pre_logits" if pre_logits else "logits")(features, training=training)
 
-    def forward_blocks(self, tokens, return_attention=False, training=False):
+    def forward_blocks(self, tokens: Tensor, return_attention: bool = False,
+                       training: bool = False) -> Iterator[tuple[Tensor, Tensor | None]]:
         """Yields each block's output (and, with `return_attention`, its attention
         probabilities (B, heads, T, T), float32) for tokens at "embedded", block by block,
         so a consumer may hold one layer at a time."""
@@ -399,7 +406,8 @@ class VisionTransformer(keras.Model):
                 tokens = block(tokens, training=training)
                 yield tokens, None
 
-    def forward_intermediates(self, images, return_attention=False, training=False):
+    def forward_intermediates(self, images: Tensor, return_attention: bool = False,
+                              training: bool = False) -> dict[str, Any]:
         """Everything along the way, as a dict (timm's forward_intermediates, big_vision's `out`).
 
         Keys: "embedded", "blocks" (list of each block's output), "attention" (list of
@@ -407,9 +415,10 @@ class VisionTransformer(keras.Model):
         with include_top, "logits". The values equal the full model's.
 
         Example:
-        >>> out = model.forward_intermediates(images, return_attention=True)
-        >>> len(out["attention"]) == model.num_layers
-        True
+        >>> model = keras_vit.ViTTi16(input_shape=(32, 32, 3), classes=10)
+        >>> out = model.forward_intermediates(np.zeros((1, 32, 32, 3), "float32"), return_attention=True)
+        >>> sorted(out), len(out["attention"]), tuple(out["attention"][0].shape)
+        (['attention', 'blocks', 'embedded', 'features', 'logits', 'pre_logits'], 12, (1, 3, 5, 5))
         """
         out = {"embedded": self.stage_model("images", "embedded")(images, training=training)}
         x, out["blocks"], attention = out["embedded"], [], []
@@ -426,7 +435,7 @@ class VisionTransformer(keras.Model):
             out["logits"] = self.stage_model(start, "logits")(out[start], training=training)
         return out
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "trainable": self.trainable,
@@ -463,7 +472,7 @@ class VisionTransformer(keras.Model):
         }
 
     @classmethod
-    def from_config(cls, config, custom_objects=None):
+    def from_config(cls, config: dict[str, Any], custom_objects: dict[str, Any] | None = None) -> VisionTransformer:
         config = dict(config)
         for key in ("image_size", "patch_size"):
             config[key] = tuple(config[key])
@@ -646,7 +655,7 @@ def _pool_and_head(x, a, stages):
     return x
 
 
-def create_model(variant, **kwargs):
+def create_model(variant: str, **kwargs: Any) -> VisionTransformer:
     """A VisionTransformer of a named variant ("B/16", "ViT-L_16", "R50+ViT-B_16", ...).
 
     Keyword arguments override the variant's sizes and pass on to VisionTransformer; the
@@ -654,7 +663,7 @@ def create_model(variant, **kwargs):
 
     Example:
     >>> create_model("Ti/16", image_size=384, classes=10).count_params()
-    5614474
+    5599306
     """
     check_keywords(kwargs, vit_keywords(), "create_model")
     name = canonical_variant(variant)
@@ -715,9 +724,6 @@ _APPLICATION_DOC = """
         classes: number of classes of the head.
         classifier_activation: activation of the head; None returns logits.
         name: the model's name, by default the function's in lower case.
-
-    Example:
-    >>> model = keras_vit.{fn}(weights=None, classes=10, input_shape=(384, 384, 3))
 """
 
 
@@ -735,112 +741,228 @@ def _documented(variant):
 # tests/test_models.py checks this list against presets.PRESETS.
 
 @_documented("Ti/16")
-def ViTTi16(include_top=True, weights=None, input_tensor=None, input_shape=None, pooling=None, classes=1000,
-            classifier_activation="softmax", name=None, **kwargs):
-    """ViT-Ti/16: 12 layers, hidden size 192, 3 heads, MLP 768 (5.7M parameters)."""
+def ViTTi16(include_top: bool = True, weights: str | None = None, input_tensor: keras.KerasTensor | None = None,
+            input_shape: Sequence[int | None] | None = None, pooling: str | None = None, classes: int = 1000,
+            classifier_activation: str | None = "softmax", name: str | None = None,
+            **kwargs: Any) -> VisionTransformer:
+    """ViT-Ti/16: 12 layers, hidden size 192, 3 heads, MLP 768 (5.7M parameters).
+
+    Example:
+    >>> model = ViTTi16(weights=None, input_shape=(384, 384, 3), classes=10)  # weights="augreg": a release
+    >>> model.patch_encoder.grid_size, model.output_shape
+    ((24, 24), (None, 10))
+    """
     return _application("Ti/16", include_top, weights, input_tensor, input_shape, pooling, classes,
                         classifier_activation, name, **kwargs)
 
 
 @_documented("S/16")
-def ViTS16(include_top=True, weights=None, input_tensor=None, input_shape=None, pooling=None, classes=1000,
-           classifier_activation="softmax", name=None, **kwargs):
-    """ViT-S/16: 12 layers, hidden size 384, 6 heads, MLP 1536 (22.1M parameters)."""
+def ViTS16(include_top: bool = True, weights: str | None = None, input_tensor: keras.KerasTensor | None = None,
+           input_shape: Sequence[int | None] | None = None, pooling: str | None = None, classes: int = 1000,
+           classifier_activation: str | None = "softmax", name: str | None = None,
+           **kwargs: Any) -> VisionTransformer:
+    """ViT-S/16: 12 layers, hidden size 384, 6 heads, MLP 1536 (22.1M parameters).
+
+    Example:
+    >>> model = ViTS16(weights=None, input_shape=(384, 384, 3), classes=10)  # weights="augreg": a release
+    >>> model.patch_encoder.grid_size, model.output_shape
+    ((24, 24), (None, 10))
+    """
     return _application("S/16", include_top, weights, input_tensor, input_shape, pooling, classes,
                         classifier_activation, name, **kwargs)
 
 
 @_documented("S/32")
-def ViTS32(include_top=True, weights=None, input_tensor=None, input_shape=None, pooling=None, classes=1000,
-           classifier_activation="softmax", name=None, **kwargs):
-    """ViT-S/32: 12 layers, hidden size 384, 6 heads, MLP 1536 (22.9M parameters)."""
+def ViTS32(include_top: bool = True, weights: str | None = None, input_tensor: keras.KerasTensor | None = None,
+           input_shape: Sequence[int | None] | None = None, pooling: str | None = None, classes: int = 1000,
+           classifier_activation: str | None = "softmax", name: str | None = None,
+           **kwargs: Any) -> VisionTransformer:
+    """ViT-S/32: 12 layers, hidden size 384, 6 heads, MLP 1536 (22.9M parameters).
+
+    Example:
+    >>> model = ViTS32(weights=None, input_shape=(384, 384, 3), classes=10)  # weights="augreg": a release
+    >>> model.patch_encoder.grid_size, model.output_shape
+    ((12, 12), (None, 10))
+    """
     return _application("S/32", include_top, weights, input_tensor, input_shape, pooling, classes,
                         classifier_activation, name, **kwargs)
 
 
 @_documented("B/8")
-def ViTB8(include_top=True, weights=None, input_tensor=None, input_shape=None, pooling=None, classes=1000,
-          classifier_activation="softmax", name=None, **kwargs):
-    """ViT-B/8: 12 layers, hidden size 768, 12 heads, MLP 3072 (86.6M parameters)."""
+def ViTB8(include_top: bool = True, weights: str | None = None, input_tensor: keras.KerasTensor | None = None,
+          input_shape: Sequence[int | None] | None = None, pooling: str | None = None, classes: int = 1000,
+          classifier_activation: str | None = "softmax", name: str | None = None,
+          **kwargs: Any) -> VisionTransformer:
+    """ViT-B/8: 12 layers, hidden size 768, 12 heads, MLP 3072 (86.6M parameters).
+
+    Example:
+    >>> model = ViTB8(weights=None, input_shape=(384, 384, 3), classes=10)  # weights="imagenet": a release
+    >>> model.patch_encoder.grid_size, model.output_shape
+    ((48, 48), (None, 10))
+    """
     return _application("B/8", include_top, weights, input_tensor, input_shape, pooling, classes,
                         classifier_activation, name, **kwargs)
 
 
 @_documented("B/16")
-def ViTB16(include_top=True, weights=None, input_tensor=None, input_shape=None, pooling=None, classes=1000,
-           classifier_activation="softmax", name=None, **kwargs):
-    """ViT-B/16: 12 layers, hidden size 768, 12 heads, MLP 3072 (86.6M parameters)."""
+def ViTB16(include_top: bool = True, weights: str | None = None, input_tensor: keras.KerasTensor | None = None,
+           input_shape: Sequence[int | None] | None = None, pooling: str | None = None, classes: int = 1000,
+           classifier_activation: str | None = "softmax", name: str | None = None,
+           **kwargs: Any) -> VisionTransformer:
+    """ViT-B/16: 12 layers, hidden size 768, 12 heads, MLP 3072 (86.6M parameters).
+
+    Example:
+    >>> model = ViTB16(weights=None, input_shape=(384, 384, 3), classes=10)  # weights="imagenet21k": a release
+    >>> model.patch_encoder.grid_size, model.output_shape
+    ((24, 24), (None, 10))
+    """
     return _application("B/16", include_top, weights, input_tensor, input_shape, pooling, classes,
                         classifier_activation, name, **kwargs)
 
 
 @_documented("B/32")
-def ViTB32(include_top=True, weights=None, input_tensor=None, input_shape=None, pooling=None, classes=1000,
-           classifier_activation="softmax", name=None, **kwargs):
-    """ViT-B/32: 12 layers, hidden size 768, 12 heads, MLP 3072 (88.2M parameters)."""
+def ViTB32(include_top: bool = True, weights: str | None = None, input_tensor: keras.KerasTensor | None = None,
+           input_shape: Sequence[int | None] | None = None, pooling: str | None = None, classes: int = 1000,
+           classifier_activation: str | None = "softmax", name: str | None = None,
+           **kwargs: Any) -> VisionTransformer:
+    """ViT-B/32: 12 layers, hidden size 768, 12 heads, MLP 3072 (88.2M parameters).
+
+    Example:
+    >>> model = ViTB32(weights=None, input_shape=(384, 384, 3), classes=10)  # weights="imagenet21k": a release
+    >>> model.patch_encoder.grid_size, model.output_shape
+    ((12, 12), (None, 10))
+    """
     return _application("B/32", include_top, weights, input_tensor, input_shape, pooling, classes,
                         classifier_activation, name, **kwargs)
 
 
 @_documented("L/16")
-def ViTL16(include_top=True, weights=None, input_tensor=None, input_shape=None, pooling=None, classes=1000,
-           classifier_activation="softmax", name=None, **kwargs):
-    """ViT-L/16: 24 layers, hidden size 1024, 16 heads, MLP 4096 (304.3M parameters)."""
+def ViTL16(include_top: bool = True, weights: str | None = None, input_tensor: keras.KerasTensor | None = None,
+           input_shape: Sequence[int | None] | None = None, pooling: str | None = None, classes: int = 1000,
+           classifier_activation: str | None = "softmax", name: str | None = None,
+           **kwargs: Any) -> VisionTransformer:
+    """ViT-L/16: 24 layers, hidden size 1024, 16 heads, MLP 4096 (304.3M parameters).
+
+    Example:
+    <!-- slow: builds a 304.3M-parameter model -->
+    >>> model = ViTL16(weights=None, input_shape=(384, 384, 3), classes=10)  # weights="imagenet21k": a release
+    >>> model.patch_encoder.grid_size, model.output_shape
+    ((24, 24), (None, 10))
+    """
     return _application("L/16", include_top, weights, input_tensor, input_shape, pooling, classes,
                         classifier_activation, name, **kwargs)
 
 
 @_documented("L/32")
-def ViTL32(include_top=True, weights=None, input_tensor=None, input_shape=None, pooling=None, classes=1000,
-           classifier_activation="softmax", name=None, **kwargs):
-    """ViT-L/32: 24 layers, hidden size 1024, 16 heads, MLP 4096 (306.5M parameters)."""
+def ViTL32(include_top: bool = True, weights: str | None = None, input_tensor: keras.KerasTensor | None = None,
+           input_shape: Sequence[int | None] | None = None, pooling: str | None = None, classes: int = 1000,
+           classifier_activation: str | None = "softmax", name: str | None = None,
+           **kwargs: Any) -> VisionTransformer:
+    """ViT-L/32: 24 layers, hidden size 1024, 16 heads, MLP 4096 (306.5M parameters).
+
+    Example:
+    <!-- slow: builds a 306.5M-parameter model -->
+    >>> model = ViTL32(weights=None, input_shape=(384, 384, 3), classes=10)  # weights="imagenet21k": a release
+    >>> model.patch_encoder.grid_size, model.output_shape
+    ((12, 12), (None, 10))
+    """
     return _application("L/32", include_top, weights, input_tensor, input_shape, pooling, classes,
                         classifier_activation, name, **kwargs)
 
 
 @_documented("H/14")
-def ViTH14(include_top=True, weights=None, input_tensor=None, input_shape=None, pooling=None, classes=1000,
-           classifier_activation="softmax", name=None, **kwargs):
-    """ViT-H/14: 32 layers, hidden size 1280, 16 heads, MLP 5120 (632.0M parameters)."""
+def ViTH14(include_top: bool = True, weights: str | None = None, input_tensor: keras.KerasTensor | None = None,
+           input_shape: Sequence[int | None] | None = None, pooling: str | None = None, classes: int = 1000,
+           classifier_activation: str | None = "softmax", name: str | None = None,
+           **kwargs: Any) -> VisionTransformer:
+    """ViT-H/14: 32 layers, hidden size 1280, 16 heads, MLP 5120 (632.0M parameters).
+
+    Example:
+    <!-- slow: builds a 632.0M-parameter model -->
+    >>> model = ViTH14(weights=None, input_shape=(392, 392, 3), classes=10)  # weights="imagenet21k": a release
+    >>> model.patch_encoder.grid_size, model.output_shape
+    ((28, 28), (None, 10))
+    """
     return _application("H/14", include_top, weights, input_tensor, input_shape, pooling, classes,
                         classifier_activation, name, **kwargs)
 
 
 @_documented("R50+B/16")
-def R50ViTB16(include_top=True, weights=None, input_tensor=None, input_shape=None, pooling=None, classes=1000,
-              classifier_activation="softmax", name=None, **kwargs):
-    """R50+ViT-B/16: ResNet-50 stem (3, 4, 9), then ViT-B on its 1x1 patches (98.7M parameters)."""
+def R50ViTB16(include_top: bool = True, weights: str | None = None, input_tensor: keras.KerasTensor | None = None,
+              input_shape: Sequence[int | None] | None = None, pooling: str | None = None, classes: int = 1000,
+              classifier_activation: str | None = "softmax", name: str | None = None,
+              **kwargs: Any) -> VisionTransformer:
+    """R50+ViT-B/16: ResNet-50 stem (3, 4, 9), then ViT-B on its 1x1 patches (98.7M parameters).
+
+    Example:
+    >>> model = R50ViTB16(weights=None, input_shape=(384, 384, 3), classes=10)  # weights="imagenet21k": a release
+    >>> model.patch_encoder.grid_size, model.output_shape
+    ((24, 24), (None, 10))
+    """
     return _application("R50+B/16", include_top, weights, input_tensor, input_shape, pooling, classes,
                         classifier_activation, name, **kwargs)
 
 
 @_documented("R50+L/32")
-def R50ViTL32(include_top=True, weights=None, input_tensor=None, input_shape=None, pooling=None, classes=1000,
-              classifier_activation="softmax", name=None, **kwargs):
-    """R50+ViT-L/32: ResNet-50 stem (3, 4, 6, 3), then ViT-L on its 1x1 patches (329.0M parameters)."""
+def R50ViTL32(include_top: bool = True, weights: str | None = None, input_tensor: keras.KerasTensor | None = None,
+              input_shape: Sequence[int | None] | None = None, pooling: str | None = None, classes: int = 1000,
+              classifier_activation: str | None = "softmax", name: str | None = None,
+              **kwargs: Any) -> VisionTransformer:
+    """R50+ViT-L/32: ResNet-50 stem (3, 4, 6, 3), then ViT-L on its 1x1 patches (329.0M parameters).
+
+    Example:
+    <!-- slow: builds a 329.0M-parameter model -->
+    >>> model = R50ViTL32(weights=None, input_shape=(384, 384, 3), classes=10)  # weights="augreg": a release
+    >>> model.patch_encoder.grid_size, model.output_shape
+    ((12, 12), (None, 10))
+    """
     return _application("R50+L/32", include_top, weights, input_tensor, input_shape, pooling, classes,
                         classifier_activation, name, **kwargs)
 
 
 @_documented("R26+S/32")
-def R26ViTS32(include_top=True, weights=None, input_tensor=None, input_shape=None, pooling=None, classes=1000,
-              classifier_activation="softmax", name=None, **kwargs):
-    """R26+ViT-S/32: ResNet-26 stem (2, 2, 2, 2), then ViT-S on its 1x1 patches (36.4M parameters)."""
+def R26ViTS32(include_top: bool = True, weights: str | None = None, input_tensor: keras.KerasTensor | None = None,
+              input_shape: Sequence[int | None] | None = None, pooling: str | None = None, classes: int = 1000,
+              classifier_activation: str | None = "softmax", name: str | None = None,
+              **kwargs: Any) -> VisionTransformer:
+    """R26+ViT-S/32: ResNet-26 stem (2, 2, 2, 2), then ViT-S on its 1x1 patches (36.4M parameters).
+
+    Example:
+    >>> model = R26ViTS32(weights=None, input_shape=(384, 384, 3), classes=10)  # weights="augreg": a release
+    >>> model.patch_encoder.grid_size, model.output_shape
+    ((12, 12), (None, 10))
+    """
     return _application("R26+S/32", include_top, weights, input_tensor, input_shape, pooling, classes,
                         classifier_activation, name, **kwargs)
 
 
 @_documented("R26+B/32")
-def R26ViTB32(include_top=True, weights=None, input_tensor=None, input_shape=None, pooling=None, classes=1000,
-              classifier_activation="softmax", name=None, **kwargs):
-    """R26+ViT-B/32: ResNet-26 stem (2, 2, 2, 2), then ViT-B on its 1x1 patches (101.4M parameters)."""
+def R26ViTB32(include_top: bool = True, weights: str | None = None, input_tensor: keras.KerasTensor | None = None,
+              input_shape: Sequence[int | None] | None = None, pooling: str | None = None, classes: int = 1000,
+              classifier_activation: str | None = "softmax", name: str | None = None,
+              **kwargs: Any) -> VisionTransformer:
+    """R26+ViT-B/32: ResNet-26 stem (2, 2, 2, 2), then ViT-B on its 1x1 patches (101.4M parameters).
+
+    Example:
+    >>> model = R26ViTB32(weights=None, input_shape=(384, 384, 3), classes=10)  # no released weights
+    >>> model.patch_encoder.grid_size, model.output_shape
+    ((12, 12), (None, 10))
+    """
     return _application("R26+B/32", include_top, weights, input_tensor, input_shape, pooling, classes,
                         classifier_activation, name, **kwargs)
 
 
 @_documented("R+Ti/16")
-def RViTTi16(include_top=True, weights=None, input_tensor=None, input_shape=None, pooling=None, classes=1000,
-             classifier_activation="softmax", name=None, **kwargs):
-    """R+ViT-Ti/16: the ResNet root block only (stride 2), then ViT-Ti on 8x8 patches (6.3M parameters)."""
+def RViTTi16(include_top: bool = True, weights: str | None = None, input_tensor: keras.KerasTensor | None = None,
+             input_shape: Sequence[int | None] | None = None, pooling: str | None = None, classes: int = 1000,
+             classifier_activation: str | None = "softmax", name: str | None = None,
+             **kwargs: Any) -> VisionTransformer:
+    """R+ViT-Ti/16: the ResNet root block only (stride 2), then ViT-Ti on 8x8 patches (6.3M parameters).
+
+    Example:
+    >>> model = RViTTi16(weights=None, input_shape=(384, 384, 3), classes=10)  # weights="augreg": a release
+    >>> model.patch_encoder.grid_size, model.output_shape
+    ((12, 12), (None, 10))
+    """
     return _application("R+Ti/16", include_top, weights, input_tensor, input_shape, pooling, classes,
                         classifier_activation, name, **kwargs)

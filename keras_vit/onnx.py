@@ -9,11 +9,17 @@ tf2onnx logs an op it cannot map and still writes a model that ONNX Runtime then
 such a log line is an error, so no file is written.
 """
 
+from __future__ import annotations
+
 import contextlib
 import logging
+from typing import TYPE_CHECKING, Any
 
 from keras_vit._optional import require
 from keras_vit.serving import INPUT_NAME
+
+if TYPE_CHECKING:
+    from keras_vit.serving import ServingGraph
 
 OPSET = 17  # ONNX Runtime 1.14 and later run it; tf2onnx 1.17 maps every op of the graph at 17
 
@@ -40,7 +46,7 @@ def _tf2onnx_errors():
         logger.removeHandler(handler)
 
 
-def convert(graph, path, name):
+def convert(graph: ServingGraph, path: str, name: str) -> bytes:
     """The serving graph of `graph` (a `ServingGraph`), resizing inside, as ONNX model bytes.
 
     Converts the same SavedModel `export_model` writes (written to a temporary folder here).
@@ -83,7 +89,7 @@ def convert(graph, path, name):
     return proto.SerializeToString()
 
 
-def versions():
+def versions() -> dict[str, Any]:
     """The converter and runtime versions, for the export's metadata."""
     import onnx
     import onnxruntime

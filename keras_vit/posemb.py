@@ -11,13 +11,19 @@ resampling and "torch_bicubic" transformers' (see `keras_vit.interpolation`, whi
 weights of every method).
 """
 
+from __future__ import annotations
+
 import logging
 import math
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from keras_vit._common import format_keys, refuse_unknown_keywords, to_pair
 from keras_vit.interpolation import METHODS, resample_grid_numpy, resampling_matrix
+
+if TYPE_CHECKING:
+    import keras
 
 log = logging.getLogger("keras_vit")
 
@@ -49,7 +55,9 @@ def resample_note(old_grid, new_grid, method):
 
 
 @refuse_unknown_keywords
-def resample_position_embeddings(posemb, new_grid, *, old_grid=None, num_prefix_tokens=1, method="official"):
+def resample_position_embeddings(posemb: np.ndarray, new_grid: int | Sequence[int], *,
+                                 old_grid: Sequence[int] | None = None, num_prefix_tokens: int = 1,
+                                 method: str = "official") -> np.ndarray:
     """Resamples learned position embeddings to a new patch grid; prefix tokens are kept.
 
     Args:
@@ -96,11 +104,14 @@ def resample_position_embeddings(posemb, new_grid, *, old_grid=None, num_prefix_
 
 
 @refuse_unknown_keywords
-def with_image_size(model, image_size, *, method="official"):
+def with_image_size(model: keras.Model, image_size: int | Sequence[int], *, method: str = "official") -> keras.Model:
     """The same model at another input size: all weights copied, position embeddings resampled.
 
     Example:
-    >>> model_384 = with_image_size(keras_vit.ViTB16(), 384)
+    >>> model = keras_vit.ViTTi16(input_shape=(224, 224, 3))
+    >>> model_384 = with_image_size(model, 384)  # 14x14 position embeddings -> 24x24
+    >>> model_384.image_size, model_384.count_params() - model.count_params()  # 24^2 - 14^2 more, of 192 values
+    ((384, 384), 72960)
     """
     config = model.get_config()
     config["image_size"] = to_pair(image_size, "image_size")
@@ -162,7 +173,7 @@ PATCH_METHODS = ("pi", "bilinear")
 
 
 @refuse_unknown_keywords
-def resample_patch_embedding(kernel, new_patch_size, method="pi"):
+def resample_patch_embedding(kernel: np.ndarray, new_patch_size: int | Sequence[int], method: str = "pi") -> np.ndarray:
     """Resizes a patch-embedding kernel to another patch size (FlexiViT, Beyer et al., 2023).
 
     "pi" (pseudo-inverse resize) chooses the new kernel w' so that a patch x and its bilinear
@@ -201,16 +212,16 @@ def resample_patch_embedding(kernel, new_patch_size, method="pi"):
 
 
 @refuse_unknown_keywords
-def with_patch_size(model, patch_size, *, method="pi"):
+def with_patch_size(model: keras.Model, patch_size: int | Sequence[int], *, method: str = "pi") -> keras.Model:
     """The same model with another patch size: the patch embedding resampled (FlexiViT).
 
     The position embeddings keep their grid, so the model's native image size becomes
     grid x new patch (hybrids: x the stem's stride); a dynamic model stays dynamic.
 
     Example:
-    >>> model_8 = with_patch_size(keras_vit.ViTB16(), 8)   # 28x28 patches of 8 px: 224 px
+    >>> model_8 = with_patch_size(keras_vit.ViTTi16(input_shape=(224, 224, 3)), 8)  # 14x14 patches of 8 px
     >>> model_8.image_size, model_8.patch_size
-    ((224, 224), (8, 8))
+    ((112, 112), (8, 8))
     """
     new_patch = to_pair(patch_size, "patch_size")
     config = model.get_config()

@@ -44,10 +44,10 @@ class Preset:
     constructor: str
     parameters: int
     weights: tuple = ()
-    augreg: str = None
-    augreg_finetune_lr: str = None
+    augreg: str | None = None
+    augreg_finetune_lr: str | None = None
     finetune_224: bool = False
-    imagenet: str = None
+    imagenet: str | None = None
 
 
 def _vit(patch, hidden, layers, heads, mlp, resnet=None):

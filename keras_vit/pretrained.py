@@ -10,10 +10,13 @@ checked before anything is assigned. PyTorch pickles (.bin, .pth, .pt, .ckpt) ar
 refused unread: unpickling runs arbitrary code.
 """
 
+from __future__ import annotations
+
 import json
 import logging
 import os
 import re
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,6 +26,9 @@ from keras_vit.checkpoints import (PICKLE_SUFFIXES, convert_checkpoint, describe
                                    read_npz_index, refuse_pickle)
 from keras_vit.presets import missing_checkpoint
 from keras_vit.posemb import infer_grid, resample_note, resample_position_embeddings, stored_grid
+
+if TYPE_CHECKING:
+    import keras
 
 log = logging.getLogger("keras_vit")
 
@@ -514,7 +520,7 @@ def _read_checkpoint(path):
 
 
 @refuse_unknown_keywords
-def load_pretrained(model, path, *, resample=None):
+def load_pretrained(model: keras.Model, path: str | os.PathLike, *, resample: str | None = None) -> dict[str, Any]:
     """Loads a checkpoint into an existing keras-vit model: a hub folder of timm or
     transformers (config.json + model.safetensors), a .safetensors file with its
     config.json beside it, or an official .npz.
@@ -526,8 +532,11 @@ def load_pretrained(model, path, *, resample=None):
     with the checkpoint's config and a difference is logged. Returns the load report.
 
     Example:
-    >>> model = keras_vit.VisionTransformer(image_size=384, approximate_gelu=False, classes=10)
-    >>> keras_vit.load_pretrained(model, "vit_base_patch16_224.augreg_in21k/")  # 224 -> 384
+    >>> model = keras_vit.VisionTransformer(image_size=48, patch_size=8, hidden_size=32, num_layers=2, num_heads=4,
+    ...                                     mlp_dim=64, classes=7, approximate_gelu=False)
+    >>> report = load_pretrained(model, "tests/data/timm/timm_vit_token")  # a timm folder
+    >>> len(report["loaded"]), report["resampled"], report["dropped"]
+    (32, ['position embeddings 4x4 -> 6x6 (bicubic)'], [])
     """
     fmt, args, tensors, qkv_bias, files = _read_checkpoint(path)
     if fmt == "official":
@@ -540,7 +549,8 @@ def load_pretrained(model, path, *, resample=None):
     return load_state_dict(model, tensors, fmt, source=source, qkv_bias=qkv_bias, resample=resample or "bicubic")
 
 
-def from_pretrained(path, *, resample=None, variant=None, **overrides):
+def from_pretrained(path: str | os.PathLike, *, resample: str | None = None, variant: str | None = None,
+                    **overrides: Any) -> keras.Model:
     """A VisionTransformer built from a checkpoint's own config, with its weights loaded.
 
     `path` is a Hugging Face hub folder as timm or transformers save it (config.json +
@@ -559,8 +569,11 @@ def from_pretrained(path, *, resample=None, variant=None, **overrides):
     `include_top=False` drops the head.
 
     Example:
-    >>> model = keras_vit.from_pretrained("vit_base_patch16_224.augreg2_in21k_ft_in1k/", image_size=384)
-    >>> model.predict(keras_vit.preprocess_input(images, model=model))
+    >>> model = from_pretrained("tests/data/timm/timm_vit_token")  # a (tiny) timm hub folder
+    >>> model.image_size, model.patch_size, model.classes, model.approximate_gelu
+    ((32, 32), (8, 8), 7, False)
+    >>> from_pretrained("tests/data/timm/timm_vit_token", image_size=64).image_size  # its position embeddings resampled
+    (64, 64)
     """
     from keras_vit.models import VARIANTS, VisionTransformer, canonical_variant, vit_keywords
 
@@ -738,7 +751,7 @@ def _transformers_config(model):
 
 
 @refuse_unknown_keywords
-def save_pretrained(model, folder, *, format="timm", overwrite=False):
+def save_pretrained(model: keras.Model, folder: str | os.PathLike, *, format: str = "timm", overwrite: bool = False) -> str:
     """Writes a keras-vit model as a hub folder: model.safetensors + config.json (atomically).
 
     format="timm": timm's names and config (architecture, model_args, pretrained_cfg), which
@@ -750,7 +763,12 @@ def save_pretrained(model, folder, *, format="timm", overwrite=False):
     move slightly. Returns the folder.
 
     Example:
-    >>> keras_vit.save_pretrained(model, "my_vit", format="timm")
+    >>> model = keras_vit.VisionTransformer(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=4,
+    ...                                     mlp_dim=64, classes=10, approximate_gelu=False)
+    >>> save_pretrained(model, "my_vit", format="timm")
+    'my_vit'
+    >>> sorted(os.listdir("my_vit")), from_pretrained("my_vit").count_params() == model.count_params()
+    (['config.json', 'model.safetensors'], True)
     """
     if format not in ("timm", "transformers"):
         raise ValueError(f"Unknown format {format!r}; use 'timm' or 'transformers'.")

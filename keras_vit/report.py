@@ -8,13 +8,23 @@ installed) and the test images the model got most wrong (worst_test_images.csv, 
 the log). `predict_files` is `keras-vit predict MODEL FOLDER --out predictions.csv`.
 """
 
+from __future__ import annotations
+
 import csv
 import logging
 import os
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from keras_vit._files import atomic_path
+
+if TYPE_CHECKING:
+    import keras
+    import tensorflow as tf
+
+    from keras_vit.data import Split
+    from keras_vit.serving import Classifier
 
 log = logging.getLogger("keras_vit")
 
@@ -23,17 +33,17 @@ WORST_LISTED = 10  # worst-classified test images in the log (the CSV lists up t
 WORST_WRITTEN = 100
 
 
-def class_counts(split):
+def class_counts(split: Split) -> dict[str, int]:
     """{class name: images} of a Split."""
     counts = np.bincount(np.asarray(split.labels, np.int64), minlength=len(split.class_names))
     return {name: int(n) for name, n in zip(split.class_names, counts)}
 
 
-def describe_classes(splits):
+def describe_classes(splits: dict[str, Split | None]) -> dict[str, dict[str, int]]:
     """Log lines: images per class of each split ({name: Split}), and the imbalance warning; returns
     {split name: {class: count}} for metrics.json."""
     counts = {name: class_counts(split) for name, split in splits.items() if split is not None}
-    classes = next(iter(splits.values())).class_names
+    classes = next(split for split in splits.values() if split is not None).class_names
     width = max(len(c) for c in classes)
     header = f"{'class':<{width}}  " + "  ".join(f"{name:>10}" for name in counts)
     log.info("images per class:\n  %s\n%s", header, "\n".join(
@@ -44,10 +54,10 @@ def describe_classes(splits):
     return counts
 
 
-def imbalance_warning(counts):
+def imbalance_warning(counts: dict[str, int]) -> str | None:
     """The warning for training counts whose largest class holds IMBALANCE_RATIO times the smallest, else None."""
-    largest = max(counts, key=counts.get)
-    smallest = min(counts, key=counts.get)
+    largest = max(counts, key=lambda c: counts[c])
+    smallest = min(counts, key=lambda c: counts[c])
     if counts[smallest] and counts[largest] / counts[smallest] < IMBALANCE_RATIO:
         return None
     ratio = counts[largest] / max(counts[smallest], 1)
@@ -56,7 +66,7 @@ def imbalance_warning(counts):
             "the inverse of its share, so the small classes count as much as the large ones")
 
 
-def balanced_class_weights(labels, num_classes):
+def balanced_class_weights(labels: np.ndarray | Sequence[int], num_classes: int) -> dict[int, float]:
     """{class index: n / (classes x count)}, scikit-learn's "balanced" weights: each class weighs as much
     in the loss as every other, and the weights of all n images still sum to n. A class with no
     training images gets weight 0 (and is not counted among the classes)."""
@@ -81,14 +91,16 @@ def _predict(model, dataset):
     return np.concatenate(probabilities), np.concatenate(labels), np.concatenate(indices)
 
 
-def confusion_matrix(labels, predictions, num_classes):
+def confusion_matrix(labels: np.ndarray | Sequence[int], predictions: np.ndarray | Sequence[int],
+                     num_classes: int) -> np.ndarray:
     """(num_classes, num_classes) counts: rows the true class, columns the predicted one."""
     matrix = np.zeros((num_classes, num_classes), np.int64)
     np.add.at(matrix, (np.asarray(labels), np.asarray(predictions)), 1)
     return matrix
 
 
-def end_of_run_report(model, split, dataset, out_dir):
+def end_of_run_report(model: keras.Model, split: Split, dataset: tf.data.Dataset,
+                      out_dir: str | os.PathLike) -> dict[str, Any]:
     """Per-class accuracy, the confusion matrix and the worst-classified images of `split` (the test
     split) from `dataset` (its `make_dataset(..., with_index=True)` pipeline). Writes
     confusion_matrix.csv, confusion_matrix.png (with matplotlib) and worst_test_images.csv into
@@ -97,7 +109,7 @@ def end_of_run_report(model, split, dataset, out_dir):
     classes = list(split.class_names)
     predicted = probabilities.argmax(axis=1)
     matrix = confusion_matrix(labels, predicted, len(classes))
-    per_class = {c: (float(matrix[i, i] / matrix[i].sum()) if matrix[i].sum() else None)
+    per_class: dict[str, Any] = {c: (float(matrix[i, i] / matrix[i].sum()) if matrix[i].sum() else None)
                  for i, c in enumerate(classes)}
     names = split.names or [f"#{i}" for i in range(len(split))]
     true_p = probabilities[np.arange(len(labels)), labels]
@@ -176,7 +188,8 @@ def _confusion_figure(matrix, classes, path):
     return os.path.basename(path)
 
 
-def image_paths(inputs, class_names=None):
+def image_paths(inputs: Sequence[str | os.PathLike], class_names: Sequence[str] | None = None
+                ) -> tuple[list[str], list[str | None] | None]:
     """(image files, their labels or None) from files and folders, as `keras-vit predict` takes them.
 
     A file is checked at once (its header: FileNotFoundError or ValueError naming it, a decompression
@@ -185,7 +198,8 @@ def image_paths(inputs, class_names=None):
     """
     from keras_vit.images import check, inspect, list_images
 
-    paths, labels = [], []
+    paths: list[str] = []
+    labels: list[str | None] = []
     for item in inputs:
         item = os.fspath(item)
         if os.path.isdir(item):
@@ -206,7 +220,8 @@ def image_paths(inputs, class_names=None):
     return paths, (labels if labels and all(label is not None for label in labels) else None)
 
 
-def predict_files(classifier, paths, out=None, top=5, names=None):
+def predict_files(classifier: Classifier, paths: Sequence[str | os.PathLike], out: str | os.PathLike | None = None, top: int = 5,
+                  names: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Classifies image files one by one with a `keras_vit.serving.Classifier`; unreadable files are
     skipped and named in one summary line. Writes `out` (CSV: path, then class and probability for each
     of the `top` classes; `label` and `correct` when `names` gives each file's true class) and returns
@@ -225,7 +240,7 @@ def predict_files(classifier, paths, out=None, top=5, names=None):
             skipped.append((path, str(e)))
             continue
         (best,) = classifier.classify(image[None], top=top)
-        row = {"path": os.fspath(path)}
+        row: dict[str, Any] = {"path": os.fspath(path)}
         for k, (_, name, score) in enumerate(best, 1):
             row[f"class_{k}"], row[f"probability_{k}"] = name, round(float(score), 6)
         if names is not None:

@@ -7,10 +7,13 @@ a SavedModel or a `.tflite` file behind one `Classifier` interface (`keras-vit p
 Writing and checking exports is keras_vit/export.py's job.
 """
 
+from __future__ import annotations
+
 import json
 import logging
 import os
 import zipfile
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -208,9 +211,25 @@ class Classifier:
 
     Attributes: `format` ("keras", "saved_model", "tflite" or "onnx"), `path`, `image_size`
     ((h, w), None when unknown), `class_names` (None when the export has none).
+
+    `load_classifier` makes one from a file; the constructor takes what it read.
+
+    Example:
+    >>> clf = load_classifier("saved_models/vit_cifar10/exports/vit_cifar10.tflite")
+    >>> clf.format, clf.image_size, clf.class_names[:3]
+    ('tflite', (32, 32), ['airplane', 'automobile', 'bird'])
+    >>> images = np.stack([keras_vit.load_image("tests/data/cifar10_sample/cat/0511.jpg"),
+    ...                    keras_vit.load_image("tests/data/cifar10_sample/ship/0128.jpg")])
+    >>> outputs = clf(images)
+    >>> sorted(outputs), outputs["probabilities"].shape
+    (['logits', 'probabilities'], (2, 10))
+    >>> [top[0][1] for top in clf.classify(images, top=1)]
+    ['cat', 'ship']
     """
 
-    def __init__(self, path, format, run, image_size, class_names, fixed_size, metadata=None):
+    def __init__(self, path: str, format: str, run: Callable[[np.ndarray], dict[str, np.ndarray]],
+                 image_size: Sequence[int] | None, class_names: Sequence[str] | None, fixed_size: bool,
+                 metadata: dict[str, Any] | None = None) -> None:
         self.path = path
         self.format = format
         self._run = run
@@ -219,7 +238,7 @@ class Classifier:
         self.fixed_size = fixed_size
         self.metadata = metadata or {}
 
-    def __call__(self, images, batch_size=32):
+    def __call__(self, images: np.ndarray, batch_size: int = 32) -> dict[str, np.ndarray]:
         images = np.asarray(images)
         if images.ndim == 3:
             images = images[None]
@@ -233,8 +252,14 @@ class Classifier:
         outputs = [self._run(images[i:i + batch_size]) for i in range(0, len(images), batch_size)]
         return {k: np.concatenate([o[k] for o in outputs]) for k in outputs[0]}
 
-    def classify(self, images, top=5):
-        """The `top` classes of each image as `decode_predictions` gives them."""
+    def classify(self, images: np.ndarray, top: int = 5) -> list[list[tuple[Any, str, float]]]:
+        """The `top` classes of each image as `decode_predictions` gives them: (class id, name, probability).
+
+        Example:
+        >>> clf = load_classifier("saved_models/vit_cifar10/model.keras")
+        >>> clf.classify(keras_vit.load_image("tests/data/cifar10_sample/cat/0511.jpg"), top=2)
+        [[(3, 'cat', ...), (7, 'horse', ...)]]
+        """
         probabilities = self(images)["probabilities"]
         names = self.class_names
         if names is None and probabilities.shape[-1] != 1000:
@@ -426,16 +451,18 @@ def model_format(path):
 
 
 @refuse_unknown_keywords
-def load_classifier(path):
+def load_classifier(path: str | os.PathLike) -> Classifier:
     """Loads a `.keras` file, a SavedModel folder, a `.tflite` or a `.onnx` file as a `Classifier`.
 
     Class names come from the `.keras` model, or from the export's metadata JSON
     (`PATH.json`, or `assets.extra/keras_vit.json` inside a SavedModel).
 
     Example:
-    >>> clf = load_classifier("vit_cifar10.tflite")
-    >>> clf.classify(keras_vit.load_image("cat.jpg")[None], top=3)
-    [[(3, 'cat', 0.92), (5, 'dog', 0.05), (2, 'bird', 0.01)]]
+    >>> clf = load_classifier("saved_models/vit_cifar10/exports/vit_cifar10.onnx")
+    >>> clf.format, clf.image_size
+    ('onnx', (32, 32))
+    >>> clf.classify(keras_vit.load_image("tests/data/cifar10_sample/ship/0128.jpg")[None], top=1)
+    [[(8, 'ship', ...)]]
     """
     path = os.fspath(path)
     fmt = model_format(path)

@@ -10,10 +10,14 @@ from scratch on small images a BatchNorm stem learns faster (CIFAR-10, 4 epochs 
 images: 47.6% against 46.2%).
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 import keras
 from keras import ops
 
-from keras_vit._common import check_layer_keywords
+from keras_vit._common import Shape, Tensor, check_layer_keywords
 from keras_vit._common import register as _register
 from keras_vit._common import to_pair as _pair
 
@@ -22,7 +26,7 @@ GN_EPSILON = 1e-6
 WS_EPSILON = 1e-5
 
 
-def standardize_kernel(kernel, epsilon=WS_EPSILON):
+def standardize_kernel(kernel: Tensor, epsilon: float = WS_EPSILON) -> Tensor:
     """(w - mean) / (std + eps) over (H, W, Cin), with the population std."""
     mean = ops.mean(kernel, axis=(0, 1, 2), keepdims=True)
     centered = ops.subtract(kernel, mean)  # ops, not `-`: a NumPy kernel minus a torch tensor has no operator
@@ -37,16 +41,22 @@ class StdConv2D(keras.layers.Layer):
     The standardization runs in float32 on the stored kernel, also under mixed
     precision, because the statistics of a bfloat16 kernel lose the small differences
     that weight standardization amplifies.
+
+    Example:
+    >>> conv = StdConv2D(64, 7, strides=2, name="conv_root")
+    >>> tuple(conv(np.zeros((1, 32, 32, 3), "float32")).shape), tuple(conv.kernel.shape)
+    ((1, 16, 16, 64), (7, 7, 3, 64))
     """
 
-    def __init__(self, filters, kernel_size, strides=1, **kwargs):
+    def __init__(self, filters: int, kernel_size: int | tuple[int, int], strides: int | tuple[int, int] = 1,
+                 **kwargs: Any) -> None:
         check_layer_keywords(StdConv2D, kwargs)
         super().__init__(**kwargs)
         self.filters = int(filters)
         self.kernel_size = _pair(kernel_size, "kernel_size")
         self.strides = _pair(strides, "strides")
 
-    def build(self, input_shape):
+    def build(self, input_shape: Shape) -> None:
         channels = tuple(input_shape)[-1]
         self.kernel = self.add_weight(
             shape=self.kernel_size + (channels, self.filters),
@@ -55,17 +65,17 @@ class StdConv2D(keras.layers.Layer):
             autocast=False,
         )
 
-    def call(self, inputs):
+    def call(self, inputs: Tensor) -> Tensor:
         kernel = ops.cast(standardize_kernel(ops.cast(self.kernel, "float32")), inputs.dtype)
         return ops.conv(inputs, kernel, strides=self.strides, padding="same", data_format="channels_last")
 
-    def compute_output_shape(self, input_shape):
+    def compute_output_shape(self, input_shape: Shape) -> tuple[int | None, ...]:
         b, h, w, _ = tuple(input_shape)
         sh, sw = self.strides
         size = lambda n, s: None if n is None else -(-n // s)  # noqa: E731 - SAME padding
         return (b, size(h, sh), size(w, sw), self.filters)
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         return {
             **super().get_config(),
             "filters": self.filters,
@@ -112,9 +122,15 @@ class BottleneckUnit(keras.layers.Layer):
     conv1 1x1 -> gn1 -> ReLU -> conv2 3x3 (carrying the stride) -> gn2 -> ReLU ->
     conv3 1x1 to 4 * features -> gn3 (zero-initialized scale) -> ReLU(residual + y);
     the residual goes through conv_proj + gn_proj when the channels or the stride change.
+
+    Example:
+    >>> unit = BottleneckUnit(64, strides=2)  # 64 bottleneck features (GroupNorm's 32 groups), 256 out
+    >>> tuple(unit(np.zeros((1, 16, 16, 64), "float32")).shape), unit.conv_proj is not None
+    ((1, 8, 8, 256), True)
     """
 
-    def __init__(self, features, strides=1, norm="group", **kwargs):
+    def __init__(self, features: int, strides: int | tuple[int, int] = 1, norm: str = "group",
+                 **kwargs: Any) -> None:
         check_layer_keywords(BottleneckUnit, kwargs)
         super().__init__(**kwargs)
         self.features = int(features)
@@ -129,10 +145,10 @@ class BottleneckUnit(keras.layers.Layer):
         self.gn2 = _norm(norm, "2", policy)
         self.conv3 = _conv(norm, out, 1, name="conv3", dtype=policy)
         self.gn3 = _norm(norm, "3", policy, gamma_initializer="zeros")
-        self.conv_proj = None
-        self.gn_proj = None
+        self.conv_proj: keras.layers.Layer | None = None  # built with the input's channels known
+        self.gn_proj: keras.layers.Layer | None = None
 
-    def build(self, input_shape):
+    def build(self, input_shape: Shape) -> None:
         input_shape = tuple(input_shape)
         if input_shape[-1] != 4 * self.features or self.strides != (1, 1):
             self.conv_proj = _conv(self.norm, 4 * self.features, 1, strides=self.strides, name="conv_proj",
@@ -146,19 +162,19 @@ class BottleneckUnit(keras.layers.Layer):
             shape = conv.compute_output_shape(shape)
             norm.build(shape)
 
-    def call(self, x):
+    def call(self, x: Tensor) -> Tensor:
         residual = x
-        if self.conv_proj is not None:
+        if self.conv_proj is not None and self.gn_proj is not None:  # built together
             residual = self.gn_proj(self.conv_proj(x))
         y = ops.relu(self.gn1(self.conv1(x)))
         y = ops.relu(self.gn2(self.conv2(y)))
         y = self.gn3(self.conv3(y))
         return ops.relu(residual + y)
 
-    def compute_output_shape(self, input_shape):
+    def compute_output_shape(self, input_shape: Shape) -> tuple[int | None, ...]:
         return self.conv2.compute_output_shape(tuple(input_shape))[:-1] + (4 * self.features,)
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         config = {**super().get_config(), "features": self.features, "strides": self.strides}
         if self.norm != "group":  # BiT's units keep the config they always had
             config["norm"] = self.norm

@@ -19,10 +19,16 @@ extra). `read_metadata` parses it back, for tests and for `keras-vit predict`.
     read_metadata(content)["labels"]  # ["airplane", ...]
 """
 
+from __future__ import annotations
+
 import io
 import zipfile
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import os
 
 METADATA_NAME = "TFLITE_METADATA"
 LABELS_FILE = "labels.txt"
@@ -184,7 +190,7 @@ def _tensor_names(model):
     return found
 
 
-def output_tensor_names(content):
+def output_tensor_names(content: bytes) -> list[str]:
     """The raw names of every subgraph's output tensors in a .tflite model's bytes (e.g.
     "StatefulPartitionedCall:0"): the names quantization recipes match ops by."""
     model = _schema().Model.GetRootAs(_split_zip(content)[0], 0)
@@ -195,9 +201,11 @@ def output_tensor_names(content):
     return names
 
 
-def add_metadata(content, *, name, description, class_names, image_size, input_description,
-                 output_descriptions, mean=(0.0,), std=(1.0,), pixel_range=(0.0, 255.0), version=None,
-                 author=None, license=None):
+def add_metadata(content: bytes, *, name: str, description: str, class_names: Sequence[str] | None,
+                 image_size: Sequence[int], input_description: str, output_descriptions: dict[str, str],
+                 mean: Sequence[float] = (0.0,), std: Sequence[float] = (1.0,),
+                 pixel_range: tuple[float, float] = (0.0, 255.0), version: str | None = None,
+                 author: str | None = None, license: str | None = None) -> bytes:
     """A .tflite model's bytes with TFLite Model Metadata (replacing any it had).
 
     Every subgraph (one per signature) gets the same description: one image input (RGB,
@@ -374,7 +382,7 @@ def _read_tensor(t):
     return tensor
 
 
-def read_metadata(model):
+def read_metadata(model: str | os.PathLike | bytes) -> dict[str, Any] | None:
     """The TFLite Model Metadata of a .tflite file (a path or its bytes), as a dict; None without any.
 
     {"name", "description", "version", "author", "license", "min_parser_version",

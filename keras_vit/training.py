@@ -10,6 +10,8 @@ the optimizer inside the strategy's scope, fits with preemption-safe callbacks a
 `model.keras`, `best.keras`, `metrics.json`, `history.csv` and TensorBoard logs.
 """
 
+from __future__ import annotations
+
 import ast
 import contextlib
 import copy
@@ -21,6 +23,7 @@ import math
 import os
 import shutil
 import time
+from typing import Any, Iterable
 
 import keras
 import numpy as np
@@ -164,10 +167,20 @@ def _with_suggestion(key):
     return f"{key!r} (valid keys: {', '.join(_valid_keys())})"
 
 
-def load_recipe(path):
-    """Runs a recipe file (or a shipped recipe, by name) and returns its resolved config."""
+def load_recipe(path: str | os.PathLike) -> dict[str, Any]:
+    """Runs a recipe file (or a shipped recipe, by name) and returns its resolved config.
+
+    The config holds every key of `DEFAULTS`: the recipe's values, the defaults for the rest.
+
+    Example:
+    >>> config = load_recipe("digits")
+    >>> config["data"], config["epochs"], config["model"]["patch_size"]
+    ('digits', 40, 2)
+    """
     path = find_recipe(path)
     spec = importlib.util.spec_from_file_location(f"keras_vit_recipe_{abs(hash(path))}", path)
+    if spec is None or spec.loader is None:  # find_recipe hands back an existing .py file: never here
+        raise ValueError(f"Recipe {path} is not a Python file.")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     if not callable(getattr(module, "get_config", None)):
@@ -224,8 +237,19 @@ def _safe_literal(text):
     return ast.literal_eval(tree)
 
 
-def apply_overrides(config, overrides):
-    """Applies ["key=value", "model.hidden_size=256", ...]; unknown keys list the valid ones."""
+def apply_overrides(config: dict[str, Any], overrides: Iterable[str] | None) -> dict[str, Any]:
+    """Applies ["key=value", "model.hidden_size=256", ...]; unknown keys list the valid ones.
+
+    Each value is read as the type of the value it replaces; `config` itself is left as it was.
+
+    Example:
+    >>> config = apply_overrides(load_recipe("digits"), ["epochs=2", "model.hidden_size=32"])
+    >>> config["epochs"], config["model"]["hidden_size"]
+    (2, 32)
+    >>> apply_overrides(config, ["epoch=2"])
+    Traceback (most recent call last):
+    ValueError: Unknown recipe key 'epoch' (did you mean 'epochs'?) in --set epoch=2.
+    """
     config = copy.deepcopy(config)
     for item in overrides or ():
         if "=" not in item:
@@ -403,7 +427,7 @@ def _cpu_flags(cpuinfo):
     return None
 
 
-def resolve_precision(precision="auto", *, cpuinfo="/proc/cpuinfo"):
+def resolve_precision(precision: str = "auto", *, cpuinfo: str = "/proc/cpuinfo") -> tuple[str, str]:
     """The Keras dtype policy to train with, and why: `(policy, reason)`.
 
     "auto" takes "mixed_bfloat16" where the hardware computes bfloat16 natively: a TPU, a
@@ -413,8 +437,11 @@ def resolve_precision(precision="auto", *, cpuinfo="/proc/cpuinfo"):
     name (`PRECISIONS`) is returned as given.
 
     Example:
-    >>> resolve_precision("auto")
-    ('mixed_bfloat16', 'the CPU has native bfloat16 (avx512_bf16)')
+    >>> resolve_precision("mixed_bfloat16")
+    ('mixed_bfloat16', 'set explicitly')
+    >>> policy, reason = resolve_precision("auto")  # e.g. 'the CPU has native bfloat16 (avx512_bf16)'
+    >>> policy in ("float32", "mixed_bfloat16")
+    True
     """
     if precision not in PRECISIONS:
         raise ValueError(f"Unknown precision {precision!r}; use one of {PRECISIONS}.")
@@ -699,12 +726,21 @@ def build_model(config, class_names):
     return model
 
 
-def train(config, model_dir, backup_dir=None, verbose="auto", overwrite=False):
+def train(config: dict[str, Any], model_dir: str | os.PathLike, backup_dir: str | os.PathLike | None = None,
+          verbose: str | int = "auto", overwrite: bool = False) -> dict[str, Any]:
     """Runs one experiment; returns the metrics written to `model_dir/metrics.json`.
 
     A model dir that holds a finished run (its metrics.json) is refused unless `overwrite`; one
     with a backup of an unfinished run resumes from its last finished epoch (a line says so).
     Ctrl-C raises a KeyboardInterrupt whose message says from which epoch a rerun resumes.
+
+    Example:
+    <!-- slow: trains for a minute on 2 CPU cores -->
+    >>> config = apply_overrides(load_recipe("digits"), ["epochs=1", "max_train_examples=300"])
+    >>> metrics = train(config, "runs/digits", verbose=0)
+    keras-vit train: ...
+    >>> 0.0 <= metrics["test_accuracy"] <= 1.0, os.path.exists("runs/digits/model.keras")
+    (True, True)
     """
     config = copy.deepcopy(config)
     for key in ("epochs", "batch_size"):
@@ -775,10 +811,18 @@ def _remove_if_empty(folder):
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def compile_for_training(model, config, steps_per_epoch, padded=False):
+def compile_for_training(model: keras.Model, config: dict[str, Any], steps_per_epoch: int,
+                         padded: bool = False) -> None:
     """Compiles `model` as `train` does: the recipe's optimizer and schedule, loss, accuracy and XLA setting.
 
     `padded`: batches carry zero-weight rows (a Keras distribution's evenly split last batch).
+
+    Example:
+    >>> model = keras_vit.VisionTransformer(image_size=8, patch_size=2, hidden_size=16, num_layers=1,
+    ...                                     num_heads=2, mlp_dim=32, classes=10)
+    >>> compile_for_training(model, load_recipe("digits"), steps_per_epoch=10)
+    >>> type(model.optimizer).__name__, type(model.loss).__name__
+    ('AdamW', 'CategoricalCrossentropy')
     """
     model.compile(
         optimizer=build_optimizer(config, steps_per_epoch),

@@ -30,14 +30,20 @@ is image_size / grid_size.
 matplotlib (the `viz` extra) is needed only for the figures.
 """
 
+from __future__ import annotations
+
 import json
 import logging
 import math
 import os
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from keras_vit._files import atomic_path
+
+if TYPE_CHECKING:
+    import keras
 
 log = logging.getLogger("keras_vit")
 
@@ -61,7 +67,7 @@ _MAX_ROLLOUT_PANELS = 16
 # --------------------------------------------------------------------------- pure math
 
 
-def rollout(attentions):
+def rollout(attentions: Sequence[np.ndarray]) -> np.ndarray:
     """Attention rollout: the joint attention of a stack of layers, (B, T, T).
 
     Per layer, heads are averaged, the identity is added for the residual connection and
@@ -76,7 +82,8 @@ def rollout(attentions):
 
     Example:
     >>> uniform = np.full((1, 2, 5, 5), 0.2)
-    >>> rollout([uniform, uniform])[0, 0]  # -> [0.4, 0.15, 0.15, 0.15, 0.15]
+    >>> rollout([uniform, uniform])[0, 0]
+    array([0.4 , 0.15, 0.15, 0.15, 0.15])
     """
     joint = None
     for i, probs in enumerate(attentions):
@@ -94,7 +101,8 @@ def rollout(attentions):
     return joint
 
 
-def rollout_to_map(joint, grid_size, num_prefix_tokens=1, source="token"):
+def rollout_to_map(joint: np.ndarray, grid_size: Sequence[int], num_prefix_tokens: int = 1,
+                   source: str = "token") -> np.ndarray:
     """The rollout of the read-out, as a map over the patch grid (B, gh, gw) summing to 1.
 
     `source="token"` reads the class token's row (token 0); `source="mean"` averages the
@@ -104,7 +112,9 @@ def rollout_to_map(joint, grid_size, num_prefix_tokens=1, source="token"):
 
     Example:
     >>> joint = rollout([np.full((1, 1, 5, 5), 0.2)])
-    >>> rollout_to_map(joint, (2, 2), num_prefix_tokens=1)[0]  # -> uniform 0.25
+    >>> rollout_to_map(joint, (2, 2), num_prefix_tokens=1)[0]
+    array([[0.25, 0.25],
+           [0.25, 0.25]])
     """
     joint = np.asarray(joint, dtype=np.float64)
     gh, gw = grid_size
@@ -126,8 +136,15 @@ def rollout_to_map(joint, grid_size, num_prefix_tokens=1, source="token"):
     return patches.reshape(-1, gh, gw)
 
 
-def patch_centre_distances(grid_size, patch_size):
-    """Euclidean distances in pixels between the centres of all patches, (N, N), row-major."""
+def patch_centre_distances(grid_size: Sequence[int], patch_size: Sequence[float]) -> np.ndarray:
+    """Euclidean distances in pixels between the centres of all patches, (N, N), row-major.
+
+    Example:
+    >>> patch_centre_distances((1, 3), (16, 16))
+    array([[ 0., 16., 32.],
+           [16.,  0., 16.],
+           [32., 16.,  0.]])
+    """
     gh, gw = grid_size
     ph, pw = patch_size
     rows, cols = np.meshgrid(np.arange(gh), np.arange(gw), indexing="ij")
@@ -135,7 +152,8 @@ def patch_centre_distances(grid_size, patch_size):
     return np.sqrt(((centres[:, None] - centres[None]) ** 2).sum(-1))
 
 
-def attention_distance(probs, grid_size, patch_size, num_prefix_tokens=0):
+def attention_distance(probs: np.ndarray, grid_size: Sequence[int], patch_size: Sequence[float],
+                       num_prefix_tokens: int = 0) -> np.ndarray:
     """Mean attention distance of each head of one layer, in pixels, (heads,).
 
     For each query patch, the distance to every key patch weighted by the attention
@@ -168,12 +186,17 @@ def attention_distance(probs, grid_size, patch_size, num_prefix_tokens=0):
     return per_query.mean(axis=(0, 2), dtype=np.float64)
 
 
-def uniform_attention_distance(grid_size, patch_size):
-    """The mean attention distance of uniform attention over the patches, in pixels."""
+def uniform_attention_distance(grid_size: Sequence[int], patch_size: Sequence[float]) -> float:
+    """The mean attention distance of uniform attention over the patches, in pixels.
+
+    Example:
+    >>> uniform_attention_distance((1, 3), (16, 16))  # (0 + 16 + 32 + 16 + 0 + 16 + 32 + 16 + 0) / 9
+    14.222222222222221
+    """
     return float(patch_centre_distances(grid_size, patch_size).mean())
 
 
-def similarity_distance_correlation(similarity):
+def similarity_distance_correlation(similarity: np.ndarray) -> float:
     """Spearman rank correlation between position similarity and grid distance.
 
     Over all pairs of distinct patch positions; negative when nearby positions have
@@ -181,6 +204,11 @@ def similarity_distance_correlation(similarity):
 
     Args:
         similarity: (gh, gw, gh, gw), as `position_embedding_similarity` returns.
+
+    Example:
+    >>> distance = patch_centre_distances((3, 3), (1, 1)).reshape(3, 3, 3, 3)
+    >>> similarity_distance_correlation(-distance)  # similarity falling with distance
+    -1.0
     """
     from scipy.stats import spearmanr
 
@@ -232,14 +260,25 @@ def _check_images(model, images):
     return images.astype(np.float32, copy=False)
 
 
-def patch_pixels(model):
-    """A patch's (height, width) in input pixels: image size / grid size (also for hybrids)."""
+def patch_pixels(model: keras.Model) -> tuple[float, float]:
+    """A patch's (height, width) in input pixels: image size / grid size (also for hybrids).
+
+    Example:
+    >>> patch_pixels(load_model("saved_models/vit_cifar10_hybrid/model.keras"))  # 32 px over a 8x8 grid
+    (4.0, 4.0)
+    """
     gh, gw = model.patch_encoder.grid_size
     return model.image_size[0] / gh, model.image_size[1] / gw
 
 
-def image_grid(model, images):
-    """The patch grid (gh, gw) of images (B, H, W, 3): the model's, or for a model of any size, their own."""
+def image_grid(model: keras.Model, images: np.ndarray) -> tuple[int, int]:
+    """The patch grid (gh, gw) of images (B, H, W, 3): the model's, or for a model of any size, their own.
+
+    Example:
+    >>> model = keras_vit.ViTTi16(weights=None, input_shape=(64, 64, 3), dynamic_image_size=True)
+    >>> image_grid(model, np.zeros((1, 96, 128, 3)))
+    (6, 8)
+    """
     ph, pw = patch_pixels(model)
     return int(round(images.shape[1] / ph)), int(round(images.shape[2] / pw))
 
@@ -276,15 +315,19 @@ def _iter_attention(model, images, batch_size):
         yield layers(embed(images[start:start + batch_size], training=False))
 
 
-def attention_probabilities(model, images, batch_size=16):
+def attention_probabilities(model: keras.Model, images: np.ndarray, batch_size: int = 16) -> list[np.ndarray]:
     """The attention probabilities of every block, a list of (B, heads, T, T) float32 arrays.
 
     Holds all of them in memory (12 layers x 12 heads x 197^2 floats = 22 MB per image for
     ViT-B/16 at 224); `attention_rollout` and `mean_attention_distance` reduce layer by layer.
 
     Example:
-    >>> probs = attention_probabilities(model, keras_vit.preprocess_input(images))
-    >>> len(probs), probs[0].shape   # (12, (8, 12, 197, 197)) for ViT-B/16 and 8 images
+    >>> model = load_model("saved_models/vit_cifar10/model.keras")
+    >>> pixels = load_images(["tests/data/cifar10_sample/cat/0511.jpg",
+    ...                       "tests/data/cifar10_sample/ship/0128.jpg"], model.image_size)
+    >>> probs = attention_probabilities(model, keras_vit.preprocess_input(pixels, model=model))
+    >>> len(probs), probs[0].shape   # blocks, then (images, heads, tokens, tokens)
+    (6, (2, 4, 65, 65))
     """
     batches = [list(layers) for layers in _iter_attention(model, images, batch_size)]
     return [np.concatenate(parts) for parts in zip(*batches)]
@@ -308,7 +351,7 @@ def _reduce_attention(model, images, batch_size):
     return np.concatenate(maps), total / count
 
 
-def attention_rollout(model, images, batch_size=16):
+def attention_rollout(model: keras.Model, images: np.ndarray, batch_size: int = 16) -> np.ndarray:
     """Attention rollout maps (B, gh, gw) of `images`, each summing to 1 over the patches.
 
     From the class token for models that read it out, from the mean over the pooled
@@ -317,13 +360,17 @@ def attention_rollout(model, images, batch_size=16):
     maps are on the images' own grid.
 
     Example:
-    >>> maps = attention_rollout(model, keras_vit.preprocess_input(images))
-    >>> maps.shape   # (B, 14, 14) for a /16 model at 224
+    >>> model = load_model("saved_models/vit_cifar10/model.keras")
+    >>> pixels = load_images(["tests/data/cifar10_sample/cat/0511.jpg",
+    ...                       "tests/data/cifar10_sample/ship/0128.jpg"], model.image_size)
+    >>> maps = attention_rollout(model, keras_vit.preprocess_input(pixels, model=model))
+    >>> maps.shape, maps.sum(axis=(1, 2)).round(6)   # a map over the 8x8 patch grid per image
+    ((2, 8, 8), array([1., 1.]))
     """
     return _reduce_attention(model, images, batch_size)[0]
 
 
-def mean_attention_distance(model, images, batch_size=16):
+def mean_attention_distance(model: keras.Model, images: np.ndarray, batch_size: int = 16) -> np.ndarray:
     """Mean attention distance in pixels per layer and head, (num_layers, heads), over `images`.
 
     Distances are between patch centres in input pixels (patch size = image size / grid
@@ -331,21 +378,28 @@ def mean_attention_distance(model, images, batch_size=16):
     patch's attention over the patches renormalized (see `attention_distance`).
 
     Example:
-    >>> d = mean_attention_distance(model, keras_vit.preprocess_input(images))
-    >>> d[0].mean(), d[-1].mean()   # the paper: attention distance grows with depth
+    >>> model = load_model("saved_models/vit_cifar10/model.keras")
+    >>> pixels = load_images(["tests/data/cifar10_sample/cat/0511.jpg",
+    ...                       "tests/data/cifar10_sample/ship/0128.jpg"], model.image_size)
+    >>> d = mean_attention_distance(model, keras_vit.preprocess_input(pixels, model=model))
+    >>> d.shape   # (layers, heads), in pixels
+    (6, 4)
     """
     return _reduce_attention(model, images, batch_size)[1]
 
 
-def position_embedding_similarity(model):
+def position_embedding_similarity(model: keras.Model) -> np.ndarray:
     """Cosine similarity of each patch position's embedding to every other's, (gh, gw, gh, gw).
 
     `sim[i, j]` is the map for the patch at row i, column j: its similarity to each
     position of the grid. The class token's embedding is left out.
 
     Example:
-    >>> sim = position_embedding_similarity(model)
-    >>> similarity_distance_correlation(sim)   # negative: nearby positions are alike
+    >>> sim = position_embedding_similarity(load_model("saved_models/vit_cifar10/model.keras"))
+    >>> sim.shape
+    (8, 8, 8, 8)
+    >>> similarity_distance_correlation(sim) < 0   # nearby positions are alike
+    True
     """
     import keras
 
@@ -359,7 +413,7 @@ def position_embedding_similarity(model):
     return (unit @ unit.T).reshape(gh, gw, gh, gw)
 
 
-def embedding_filter_components(model, num_components=12):
+def embedding_filter_components(model: keras.Model, num_components: int = 12) -> dict[str, Any]:
     """The top principal components of the model's first RGB filters, as RGB patches.
 
     For a ViT these are the patch-embedding filters (ph, pw, 3, D). A hybrid's patch
@@ -372,8 +426,9 @@ def embedding_filter_components(model, num_components=12):
     `note` (a sentence for the figure).
 
     Example:
-    >>> pcs = embedding_filter_components(model)
-    >>> pcs["components"].shape   # (12, 16, 16, 3) for a /16 model
+    >>> pcs = embedding_filter_components(load_model("saved_models/vit_cifar10/model.keras"))
+    >>> pcs["components"].shape, pcs["source"]   # 12 components of the 4x4 RGB patch filters
+    ((12, 4, 4, 3), 'patch_embedding')
     """
     import keras
 
@@ -418,7 +473,8 @@ def embedding_filter_components(model, num_components=12):
 # --------------------------------------------------------------------------- files
 
 
-def load_images(paths, image_size, *, crop_pct=1.0, interpolation="bilinear", model=None):
+def load_images(paths: Sequence[str | os.PathLike], image_size: int | Sequence[int], *, crop_pct: float = 1.0,
+                interpolation: str = "bilinear", model: keras.Model | None = None) -> np.ndarray:
     """Reads image files (JPEG, PNG, GIF, BMP, WebP) and resizes them to `image_size`.
 
     Returns uint8 RGB pixels (B, H, W, 3); scale them with `keras_vit.preprocess_input`.
@@ -428,8 +484,9 @@ def load_images(paths, image_size, *, crop_pct=1.0, interpolation="bilinear", mo
     `interpolation`, or `model`'s own), rounded to uint8.
 
     Example:
-    >>> pixels = load_images(["cat.jpg"], model.image_size)
-    >>> maps = attention_rollout(model, keras_vit.preprocess_input(pixels))
+    >>> pixels = load_images(["tests/data/cifar10_sample/cat/0511.jpg", "tests/data/cifar10_sample/ship/0128.jpg"], (32, 32))
+    >>> pixels.shape, pixels.dtype
+    ((2, 32, 32, 3), dtype('uint8'))
     """
     paths = list(paths)
     if not paths:
@@ -447,11 +504,13 @@ def _model_inputs(paths, image_size, crop_pct=1.0, interpolation="bilinear", mod
                      for path in paths])
 
 
-def load_model(path):
+def load_model(path: str | os.PathLike) -> keras.Model:
     """Loads a keras-vit `.keras` model file; errors name the file (`keras_vit.checkpoints.load_keras_model`).
 
     Example:
     >>> model = load_model("saved_models/vit_cifar10/model.keras")
+    >>> model.image_size, model.class_names[:2]
+    ((32, 32), ['airplane', 'automobile'])
     """
     from keras_vit.checkpoints import load_keras_model
 
@@ -633,7 +692,9 @@ def _plot_attention_distance(distances, uniform, image_size, patch_size, num_ima
 
 
 # Over 80 lines: four figures, each a short block of (compute, write .npz/.json, draw) in sequence.
-def save_figures(model, out_dir, images=None, names=None, *, batch_size=16, num_components=12):
+def save_figures(model: keras.Model, out_dir: str | os.PathLike, images: np.ndarray | None = None,
+                 names: Sequence[str] | None = None, *, batch_size: int = 16,
+                 num_components: int = 12) -> dict[str, Any]:
     """Writes the four figures and the numbers behind them into `out_dir`.
 
     `<figure>.png`, `<figure>.npz` (the arrays) and `<figure>.json` (a summary) for
@@ -643,8 +704,12 @@ def save_figures(model, out_dir, images=None, names=None, *, batch_size=16, num_
     and, under "summary", the key numbers.
 
     Example:
-    >>> pixels = load_images(["cat.jpg", "ship.png"], model.image_size)
-    >>> save_figures(model, "figs", keras_vit.preprocess_input(pixels), names=["cat", "ship"])
+    >>> model = load_model("saved_models/vit_cifar10/model.keras")
+    >>> pixels = load_images(["tests/data/cifar10_sample/cat/0511.jpg",
+    ...                       "tests/data/cifar10_sample/ship/0128.jpg"], model.image_size)
+    >>> written = save_figures(model, "figs", keras_vit.preprocess_input(pixels, model=model), names=["cat", "ship"])
+    >>> sorted(written), written["attention_rollout"]["png"]
+    (['attention_distance', ...], 'figs/attention_rollout.png')
     """
     _check_model(model)
     _require_matplotlib()
@@ -737,14 +802,18 @@ def save_figures(model, out_dir, images=None, names=None, *, batch_size=16, num_
     return {**written, "summary": summary}
 
 
-def visualize_files(model_path, out_dir, image_paths=None, *, batch_size=16, num_components=12):
+def visualize_files(model_path: str | os.PathLike, out_dir: str | os.PathLike,
+                    image_paths: Sequence[str | os.PathLike] | None = None, *, batch_size: int = 16,
+                    num_components: int = 12) -> dict[str, Any]:
     """`keras-vit visualize`: a `.keras` model file and image files -> the figures in `out_dir`.
 
     Images are resized to the model's input size and scaled to [-1, 1]; they are named
     by their file names in the figures. Returns what `save_figures` returns.
 
     Example:
-    >>> visualize_files("saved_models/vit_cifar10/model.keras", "figs", ["tests/data/cifar10/cat.jpg"])
+    >>> written = visualize_files("saved_models/vit_cifar10/model.keras", "figs", ["tests/data/cifar10_sample/cat/0511.jpg"])
+    >>> sorted(written["summary"])
+    [...]
     """
     from keras_vit.applications import preprocess_input
 

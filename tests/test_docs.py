@@ -10,8 +10,16 @@ language) with bash, `set -e`, this environment's `keras-vit` and `python` first
 a fresh process, from a scratch folder in which `saved_models/`, `tests/`, `recipes/` and `benchmarks/` are
 the repository's, so the relative paths hold and whatever a block writes lands in the scratch folder.
 ```text blocks show output or a tree, and are not commands.
+
+The public API's docstrings follow the same convention: each `Example:` section runs as a doctest (its
+shown output is compared), in the same kind of scratch folder; a marker as the section's first line
+skips it (`not run`) or leaves it to the full suite (`slow`).
 """
 
+import ast
+import doctest
+import importlib
+import io
 import os
 import re
 import subprocess
@@ -21,6 +29,7 @@ import time
 import pytest
 
 from conftest import ROOT
+from public_api import example_section, public_api, public_methods
 
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
@@ -101,6 +110,48 @@ def test_docs_block_runs(language, code, tmp_path):
     result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, (f"this block failed (exit {result.returncode}):\n{code}\n"
                                     f"{result.stdout[-2000:]}\n{result.stderr[-4000:]}")
+
+
+def _example_params():
+    params = []
+    for module, name, node in public_api():
+        documented = [(name, node)] + [(f"{name}.{f.name}", f) for f in public_methods(node)
+                                       if isinstance(node, ast.ClassDef)]
+        for qualname, owner in documented:
+            section = example_section(ast.get_docstring(owner))
+            if section is None:
+                continue
+            line, text = section
+            first = next((s.strip() for s in text.splitlines() if s.strip()), "")
+            match = MARKER.match(first)
+            marks = []
+            if match and match.group(1) == "not run":
+                marks.append(pytest.mark.skip(reason=f"{module}.{qualname}: not run: {match.group(2)}"))
+            elif match:
+                marks.append(pytest.mark.slow)
+            params.append(pytest.param(module, qualname, text, id=f"{module}.{qualname}", marks=marks))
+    return params
+
+
+@pytest.mark.parametrize("module,qualname,example", _example_params())
+def test_docstring_example_runs(module, qualname, example, tmp_path, monkeypatch):
+    """A public docstring's Example section, as a doctest in the module's namespace (as `python -m doctest`
+    would run it), plus `np`, `keras` and `keras_vit`; run from a scratch folder like the docs' blocks."""
+    import keras
+    import numpy as np
+
+    import keras_vit
+
+    for name in LINKED:
+        os.symlink(ROOT / name, tmp_path / name)
+    monkeypatch.chdir(tmp_path)
+    globs = dict(vars(importlib.import_module(module)), np=np, keras=keras, keras_vit=keras_vit)
+    test = doctest.DocTestParser().get_doctest(example, globs, f"{module}.{qualname}", module, 0)
+    assert test.examples, f"{module}.{qualname}: its Example section holds no `>>>` line"
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    report = io.StringIO()
+    result = runner.run(test, out=report.write)
+    assert result.failed == 0, f"{module}.{qualname}: its docstring example failed:\n{report.getvalue()}"
 
 
 def test_each_code_block_is_run_or_marked_with_its_reason():
