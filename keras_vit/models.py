@@ -432,8 +432,10 @@ class VisionTransformer(keras.Model):
         """Everything along the way, as a dict (timm's forward_intermediates, big_vision's `out`).
 
         Keys: "embedded", "blocks" (list of each block's output), "attention" (list of
-        (B, heads, T, T) float32, with `return_attention`), "features", "pre_logits" and,
-        with include_top, "logits". The values equal the full model's.
+        (B, heads, T, T) float32, with `return_attention`), "features", "patch_features" (the
+        features of the patches alone, without the class, distillation and register tokens, as a
+        spatial map (B, gh, gw, D) for dense heads), "pre_logits" and, with include_top, "logits".
+        The values equal the full model's.
 
         Example:
         >>> out = model.forward_intermediates(images, return_attention=True)
@@ -449,11 +451,22 @@ class VisionTransformer(keras.Model):
         if return_attention:
             out["attention"] = attention
         out["features"] = self.stage_model("encoded", "features")(x, training=training)
+        out["patch_features"] = self.patch_map(out["features"], images)
         out["pre_logits"] = self.stage_model("features", "pre_logits")(out["features"], training=training)
         if self.include_top:  # a distilled model's heads read two tokens, not the pooled mean
             start = "features" if self.distillation else "pre_logits"
             out["logits"] = self.stage_model(start, "logits")(out[start], training=training)
         return out
+
+    def patch_map(self, tokens, images):
+        """Tokens (B, T, D) of `images` -> the patches' tokens as a map (B, gh, gw, D): the prefix
+        tokens (class, distillation, registers) left out, the rest in the patch grid's row-major order."""
+        ph, pw = _effective_patch(dict(resnet=self.resnet, patch_size=self.patch_size))
+        h, w = images.shape[1], images.shape[2]
+        if h is None or w is None:
+            h, w = ops.shape(images)[1], ops.shape(images)[2]
+        patches = tokens[:, self.num_prefix_tokens:]
+        return ops.reshape(patches, (ops.shape(tokens)[0], h // ph, w // pw, ops.shape(tokens)[-1]))
 
     def get_config(self):
         return {

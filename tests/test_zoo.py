@@ -187,6 +187,24 @@ def test_registers_and_prefix_tokens_are_counted():
     assert (hf.num_prefix_tokens, hf.num_posemb_prefix_tokens, hf.prefix_posemb) == (5, 1, "class")
 
 
+@pytest.mark.backends
+@pytest.mark.parametrize("name, size", [("timm_dinov2_reg4_dyn", (70, 56)), ("hf_dinov2_reg", (42, 70)),
+                                        ("hf_deit_distilled", (32, 32)), ("timm_siglip", (32, 32))])
+def test_patch_features_leave_out_every_prefix_token(name, size):
+    """issue 37 item 5: the patches' own tokens as a (B, gh, gw, D) map, for dense heads."""
+    model = keras_vit.from_pretrained(ZOO / name)
+    case, io = CASES["cases"][name], _io(name)
+    suffix = "" if list(size) == case.get("trained", list(size)) else f"_{size[0]}x{size[1]}"
+    images = io["images" + suffix]
+    out = model.forward_intermediates(images)
+    patch = model.patch_size[0]
+    got = to_numpy(out["patch_features"])
+    assert got.shape == (len(images), size[0] // patch, size[1] // patch, model.hidden_size)
+    tokens = io["tokens" + suffix]  # the library's tokens: the patches are the last gh * gw
+    assert np.abs(got.reshape(len(images), -1, model.hidden_size) - tokens[:, -got.shape[1] * got.shape[2]:]).max() \
+        <= TOLERANCE
+
+
 # -- refusals name the feature ----------------------------------------------------------------
 
 @pytest.mark.parametrize("name", sorted(LACKING))
