@@ -73,6 +73,24 @@ def mlp_activation(x, name):
     return ops.silu(gate) * value
 
 
+def relative_position_index(grid):
+    """BEiT's (T, T) index into its relative position bias table, T = 1 + gh * gw (class token first),
+    as timm's gen_relative_position_index and transformers' BeitRelativePositionBias: patch pairs by their
+    offset, then three entries for class -> patch, patch -> class and class -> class."""
+    import numpy as np
+
+    gh, gw = grid
+    size = (2 * gh - 1) * (2 * gw - 1) + 3
+    coords = np.stack(np.meshgrid(np.arange(gh), np.arange(gw), indexing="ij")).reshape(2, -1)
+    rel = (coords[:, :, None] - coords[:, None, :]).transpose(1, 2, 0)
+    index = np.zeros((gh * gw + 1,) * 2, dtype="int32")
+    index[1:, 1:] = (rel[..., 0] + gh - 1) * (2 * gw - 1) + rel[..., 1] + gw - 1
+    index[0, :] = size - 3
+    index[:, 0] = size - 2
+    index[0, 0] = size - 1
+    return index
+
+
 def grid_size(image_size, patch_size, what="image_size"):
     """The patch grid (gh, gw) of an image; refuses sizes that would be cropped."""
     (h, w), (ph, pw) = _pair(image_size, what), _pair(patch_size, "patch_size")
@@ -192,7 +210,8 @@ class PatchEncoder(keras.layers.Layer):
     """
 
     def __init__(self, hidden_size, patch_size=16, class_token=True, posemb_grid=None, posemb_resample="official",
-                 distillation_token=False, register_tokens=0, prefix_posemb="all", patch_bias=True, **kwargs):
+                 distillation_token=False, register_tokens=0, prefix_posemb="all", patch_bias=True,
+                 position_embeddings=True, **kwargs):
         check_layer_keywords(PatchEncoder, kwargs)
         super().__init__(**kwargs)
         self.hidden_size = int(hidden_size)
@@ -208,6 +227,7 @@ class PatchEncoder(keras.layers.Layer):
             raise ValueError(f"Unknown prefix_posemb {prefix_posemb!r}; use one of {PREFIX_POSEMB}.")
         self.prefix_posemb = prefix_posemb
         self.patch_bias = bool(patch_bias)
+        self.position_embeddings = bool(position_embeddings)  # False: no absolute table (BEiT)
         self.num_prefix_tokens = int(self.class_token) + int(self.distillation_token) + self.register_tokens
         # the prefix tokens that have entries in the position table (before the grid's)
         self.num_posemb_prefix_tokens = {"all": self.num_prefix_tokens, "none": 0,
@@ -251,6 +271,8 @@ class PatchEncoder(keras.layers.Layer):
                                              initializer=keras.initializers.RandomNormal(stddev=0.02),
                                              name="reg_token")
         num_tokens = self.num_posemb_prefix_tokens + self.grid_size[0] * self.grid_size[1]
+        if not self.position_embeddings:
+            return
         self.position_embedding = self.add_weight(
             shape=(1, num_tokens, self.hidden_size),
             initializer=keras.initializers.RandomNormal(stddev=0.02),
@@ -302,6 +324,15 @@ class PatchEncoder(keras.layers.Layer):
     def add_tokens(self, x, grid):
         """Projected patches (B, gh * gw, D) -> tokens (B, prefix + gh * gw, D): the prefix tokens
         (class, distillation, registers) joined, each token with its position embedding if it has one."""
+        if not self.position_embeddings:
+            prefix = [self.cls] if self.class_token else []
+            if self.distillation_token or self.register_tokens:
+                raise ValueError("position_embeddings=False takes a class token alone, not distillation or "
+                                 "register tokens.")
+            if not prefix:
+                return x
+            return ops.concatenate([ops.broadcast_to(ops.cast(self.cls, x.dtype), (ops.shape(x)[0], 1,
+                                                                                    self.hidden_size)), x], axis=1)
         posemb = ops.cast(self.position_embeddings_for(grid), x.dtype)
         embedded = self.num_posemb_prefix_tokens
         # Each token gets its table entry, if it has one, before the tokens are joined: the same sums as
@@ -331,6 +362,7 @@ class PatchEncoder(keras.layers.Layer):
             "register_tokens": self.register_tokens,
             "prefix_posemb": self.prefix_posemb,
             "patch_bias": self.patch_bias,
+            "position_embeddings": self.position_embeddings,
         }
 
 
@@ -456,23 +488,28 @@ class Attention(keras.layers.Layer):
         return impl == "dot_product_attention" and not return_probs and not (
             training and self.attention_dropout_rate)
 
-    def _matmul_attention(self, q, k, v, training):
-        """q (already scaled), k, v (B, heads, T, head_dim) -> (B, heads, T, head_dim), float32 probs."""
-        logits = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))
-        probs = ops.softmax(ops.cast(logits, "float32"), axis=-1)
+    def _matmul_attention(self, q, k, v, training, bias=None):
+        """q (already scaled), k, v (B, heads, T, head_dim) -> (B, heads, T, head_dim), float32 probs.
+        `bias` (heads, T, T) is added to the logits before the softmax (BEiT's relative position bias)."""
+        logits = ops.cast(ops.matmul(q, ops.transpose(k, (0, 1, 3, 2))), "float32")
+        if bias is not None:
+            logits = logits + ops.cast(bias, "float32")
+        probs = ops.softmax(logits, axis=-1)
         weights = self.attention_dropout(ops.cast(probs, self.compute_dtype), training=training)
         return ops.matmul(weights, v), probs
 
-    def call(self, x, training=None, return_attention_scores=False):
-        """x (B, T, D), already normalized -> (B, T, D) [, probs (B, heads, T, T)]."""
-        y, probs = self._attend(x, training, return_attention_scores)
+    def call(self, x, training=None, return_attention_scores=False, bias=None):
+        """x (B, T, D), already normalized -> (B, T, D) [, probs (B, heads, T, T)]; `bias` (heads, T, T)
+        is added to the attention logits (a relative position bias)."""
+        y, probs = self._attend(x, training, return_attention_scores, bias)
         return (y, probs) if return_attention_scores else y
 
-    def _attend(self, x, training, return_probs):
+    def _attend(self, x, training, return_probs, bias=None):
         b, t = ops.shape(x)[0], ops.shape(x)[1]
         d, h, hd = self.hidden_size, self.num_heads, self.head_dim
         scale = 1.0 / math.sqrt(hd)
-        dpa = self._use_dot_product_attention(training, return_probs)
+        dpa = self._use_dot_product_attention(training, return_probs) and bias is None
+        logit_bias = bias
         probs = None
         if self._fusable():
             dtype = self.compute_dtype
@@ -485,7 +522,7 @@ class Attention(keras.layers.Layer):
                 y = ops.dot_product_attention(q, k, v, scale=1.0)
             else:  # one transpose to (3, B, heads, T, head_dim)
                 q, k, v = ops.unstack(ops.transpose(qkv, (2, 0, 3, 1, 4)), 3, axis=0)
-                y, probs = self._matmul_attention(q, k, v, training)
+                y, probs = self._matmul_attention(q, k, v, training, logit_bias)
                 y = ops.transpose(y, (0, 2, 1, 3))
             y = matmul_bias(ops.reshape(y, (-1, d)), self.out.kernel, self.out.bias, dtype)
             return ops.reshape(y, (b, t, d)), probs
@@ -496,7 +533,7 @@ class Attention(keras.layers.Layer):
             y = ops.dot_product_attention(q, k, v, scale=1.0)
         else:
             q, k, v = (ops.transpose(z, (0, 2, 1, 3)) for z in (q, k, v))
-            y, probs = self._matmul_attention(q, k, v, training)
+            y, probs = self._matmul_attention(q, k, v, training, logit_bias)
             y = ops.transpose(y, (0, 2, 1, 3))
         return self.out(ops.reshape(y, (b, t, d))), probs
 
@@ -551,6 +588,7 @@ class TransformerBlock(keras.layers.Layer):
         formulation="fused",
         layer_scale=None,
         mlp_activation=None,
+        relative_position_grid=None,
         **kwargs,
     ):
         check_layer_keywords(TransformerBlock, kwargs)
@@ -564,6 +602,9 @@ class TransformerBlock(keras.layers.Layer):
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.layer_scale = None if layer_scale is None else float(layer_scale)
         self.mlp_activation = check_mlp_activation(mlp_activation)
+        # BEiT's relative position bias over a fixed patch grid (gh, gw) with a class token in front
+        self.relative_position_grid = None if relative_position_grid is None else _pair(
+            relative_position_grid, "relative_position_grid")
         policy = self.dtype_policy
         dense = dict(kernel_initializer="glorot_uniform", dtype=policy)
         mlp_dense = dict(dense, bias_initializer=keras.initializers.RandomNormal(stddev=1e-6))
@@ -622,6 +663,11 @@ class TransformerBlock(keras.layers.Layer):
         self.mlp_dense2.build(input_shape[:-1] + (self.mlp_dim,))
         self._attention.use_projections(self.query, self.key, self.value, self.out)
         self._attention.build(input_shape)
+        if self.relative_position_grid is not None:
+            self.relative_position_index = relative_position_index(self.relative_position_grid)
+            self.relative_position_bias_table = self.add_weight(
+                shape=(int(self.relative_position_index.max()) + 1, self.num_heads), initializer="zeros",
+                name="relative_position_bias_table")
         if self.layer_scale is not None:  # LayerScale (Touvron et al., 2021): a per-channel gain on each branch
             init = keras.initializers.Constant(self.layer_scale)
             self.layer_scale1 = self.add_weight(shape=(hidden,), initializer=init, name="layer_scale1")
@@ -651,9 +697,21 @@ class TransformerBlock(keras.layers.Layer):
         y = self._gelu(self.mlp_dense1(x))
         return self.mlp_dense2(self.dropout(y, training=training))
 
+    def _relative_bias(self, tokens):
+        if self.relative_position_grid is None:
+            return None
+        expected = self.relative_position_index.shape[0]
+        if tokens.shape[1] is not None and tokens.shape[1] != expected:
+            raise ValueError(f"{self.name}: a relative position bias over the grid {self.relative_position_grid} "
+                             f"(+ the class token: {expected} tokens) got {tokens.shape[1]} tokens; BEiT-style "
+                             "models take their own image size.")
+        bias = ops.take(self.relative_position_bias_table, self.relative_position_index.reshape(-1), axis=0)
+        return ops.transpose(ops.reshape(bias, (expected, expected, self.num_heads)), (2, 0, 1))
+
     def call(self, inputs, training=None, return_attention_scores=False):
-        y, probs = self._attention(self.norm1(inputs), training=training, return_attention_scores=True) \
-            if return_attention_scores else (self._attention(self.norm1(inputs), training=training), None)
+        bias = self._relative_bias(inputs)
+        y, probs = self._attention(self.norm1(inputs), training=training, return_attention_scores=True, bias=bias) \
+            if return_attention_scores else (self._attention(self.norm1(inputs), training=training, bias=bias), None)
         x = inputs + self.drop_path(self.dropout(self._scale(y, 1), training=training), training=training)
         y = self._mlp(self.norm2(x), training)
         x = x + self.drop_path(self.dropout(self._scale(y, 2), training=training), training=training)
@@ -675,6 +733,7 @@ class TransformerBlock(keras.layers.Layer):
             "formulation": self.formulation,
             "layer_scale": self.layer_scale,
             "mlp_activation": self.mlp_activation,
+            "relative_position_grid": self.relative_position_grid,
         }
 
 

@@ -229,6 +229,10 @@ class VisionTransformer(keras.Model):
         mlp_activation: None (GELU as `approximate_gelu` says), "gelu_tanh", "gelu", "quick_gelu"
             (x * sigmoid(1.702 x), OpenAI's CLIP) or "swiglu" (the first MLP Dense 2 * mlp_dim wide,
             silu(first half) * second half: DINOv2 giant). pooling="map" uses it too.
+        relative_position_bias: BEiT's learned relative position bias in every block's attention
+            (a table of (2gh-1)(2gw-1)+3 entries per head, over the stored patch grid and the class
+            token); such a model takes its own image size only.
+        absolute_position_embeddings: False for a model without the absolute position table (BEiT).
 
     Example:
     >>> model = VisionTransformer(image_size=32, patch_size=4, hidden_size=64, num_layers=2,
@@ -279,6 +283,8 @@ class VisionTransformer(keras.Model):
         pre_norm=False,
         patch_bias=True,
         mlp_activation=None,
+        relative_position_bias=False,
+        absolute_position_embeddings=True,
         **kwargs,
     ):
         check_keywords(kwargs, vit_keywords(), "VisionTransformer")
@@ -293,7 +299,8 @@ class VisionTransformer(keras.Model):
             layer_norm_epsilon=layer_norm_epsilon, fc_norm=fc_norm, pixel_mean=pixel_mean, pixel_std=pixel_std,
             distillation=distillation, crop_pct=crop_pct, interpolation=interpolation, layer_scale=layer_scale,
             register_tokens=register_tokens, prefix_posemb=prefix_posemb, pre_norm=pre_norm, patch_bias=patch_bias,
-            mlp_activation=mlp_activation))
+            mlp_activation=mlp_activation, relative_position_bias=relative_position_bias,
+            absolute_position_embeddings=absolute_position_embeddings))
         inputs, x, args["channels"] = _model_input(input_tensor, args)
         stages = {"images": inputs}  # the feature API's cut points (see `stage_model`)
         x = _encoder(x, args, stages)
@@ -508,6 +515,8 @@ class VisionTransformer(keras.Model):
             "pre_norm": self.pre_norm,
             "patch_bias": self.patch_bias,
             "mlp_activation": self.mlp_activation,
+            "relative_position_bias": self.relative_position_bias,
+            "absolute_position_embeddings": self.absolute_position_embeddings,
         }
 
     @classmethod
@@ -561,8 +570,18 @@ def _check_arguments(args):
         a[what] = float(a[what])
     for what in ("hidden_size", "num_layers", "num_heads", "mlp_dim"):
         a[what] = int(a[what])
-    for what in ("include_top", "approximate_gelu", "fc_norm", "distillation", "pre_norm", "patch_bias"):
+    for what in ("include_top", "approximate_gelu", "fc_norm", "distillation", "pre_norm", "patch_bias",
+                 "relative_position_bias", "absolute_position_embeddings"):
         a[what] = bool(a[what])
+    if a["relative_position_bias"] or not a["absolute_position_embeddings"]:
+        clash = [f"{k}={a[k]!r}" for k, ok in (("classifier", classifier == "token"),
+                                              ("distillation", not a["distillation"]),
+                                              ("register_tokens", not a["register_tokens"]),
+                                              ("dynamic_image_size", not a["dynamic_image_size"]),
+                                              ("resnet", a["resnet"] is None)) if not ok]
+        if clash:
+            raise ValueError(f"relative_position_bias / absolute_position_embeddings=False (BEiT: a class token, "
+                             f"one patch grid) do not go with {', '.join(clash)}.")
     if a["layer_scale"] is not None:
         a["layer_scale"] = float(a["layer_scale"])
     a["register_tokens"] = int(a["register_tokens"])
@@ -647,7 +666,8 @@ def _encoder(x, a, stages):
     x = PatchEncoder(a["hidden_size"], a["patch_size"], class_token=a["classifier"] == "token", posemb_grid=grid,
                      posemb_resample=a["posemb_resample"], distillation_token=a["distillation"],
                      register_tokens=a["register_tokens"], prefix_posemb=a["prefix_posemb"],
-                     patch_bias=a["patch_bias"], name="patch_encoder")(x)
+                     patch_bias=a["patch_bias"], position_embeddings=a["absolute_position_embeddings"],
+                     name="patch_encoder")(x)
     x = keras.layers.Dropout(a["dropout_rate"], name="encoder_dropout")(x)
     if a["pre_norm"]:
         x = keras.layers.LayerNormalization(epsilon=a["layer_norm_epsilon"], name="pre_norm")(x)
@@ -665,6 +685,7 @@ def _encoder(x, a, stages):
             layer_norm_epsilon=a["layer_norm_epsilon"],
             layer_scale=a["layer_scale"],
             mlp_activation=a["mlp_activation"],
+            relative_position_grid=grid if a["relative_position_bias"] else None,
             name=f"encoderblock_{i}",
         )(x)
     stages["encoded"] = x

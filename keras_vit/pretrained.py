@@ -19,6 +19,7 @@ import numpy as np
 
 from keras_vit._files import atomic_path
 from keras_vit._common import check_keywords, describe_misfit, refuse_unknown_keywords
+from keras_vit._common import to_pair as _pair
 from keras_vit.checkpoints import (PICKLE_SUFFIXES, convert_checkpoint, describe_changes, load_official_npz,
                                    read_npz_index, refuse_pickle)
 from keras_vit.presets import missing_checkpoint
@@ -46,30 +47,33 @@ _TIMM_FAMILIES = (
      "clip"),
     (re.compile(r"^vit_(?P<size>base|large|so400m)_patch(?P<patch>\d+)_siglip_(?P<gap>gap_)?(?P<img>\d+)$"),
      "siglip"),
+    (re.compile(r"^beit_(?P<size>base|large)_patch(?P<patch>16)_(?P<img>\d+)$"), "beit"),
 )
 TIMM_ARCHITECTURES = ("vit_{tiny,...,huge}_patch{P}_{SIZE}", "deit_{tiny,small,base}[_distilled]_patch16_{SIZE}",
                       "vit_{small,base,large,giant}_patch14[_reg{N}]_dinov2", "vit_*_clip[_quickgelu]_{SIZE}",
-                      "vit_*_siglip[_gap]_{SIZE}")
+                      "vit_*_siglip[_gap]_{SIZE}", "beit_{base,large}_patch16_{SIZE}")
 # Families keras-vit does not build yet, and the features they need that it lacks.
 _MISSING_FEATURES = {
-    "beit": "relative position bias (per-block relative_position_bias_table), query/value-only attention biases "
-            "and no absolute position embeddings",
-    "data2vec-vision": "relative position bias",
+    "beit-shared": "shared relative position bias (one table for every block)",
+    "beit-resized": "relative position bias at another size (its table resampled)",
+    "data2vec-vision": "relative position bias shared across blocks (read as BEiT's is not checked)",
     "eva": "rotary position embeddings (RoPE) and SwiGLU with its own norm",
+    "eva02": "rotary position embeddings (RoPE) and SwiGLU with its own norm",
     "deit3": "no_embed_class LayerScale variant (not read yet)",
 }
 TRANSFORMERS_ARCHITECTURES = ("ViTForImageClassification", "ViTModel", "DeiTModel",
                               "DeiTForImageClassificationWithTeacher", "Dinov2Model", "Dinov2WithRegistersModel",
                               "CLIPVisionModel", "CLIPVisionModelWithProjection", "CLIPModel", "SiglipVisionModel",
-                              "SiglipModel")
+                              "SiglipModel", "BeitModel", "BeitForImageClassification")
 TRANSFORMERS_MODEL_TYPES = ("vit", "deit", "dinov2", "dinov2_with_registers", "clip", "clip_vision_model", "siglip",
-                            "siglip_vision_model")
+                            "siglip_vision_model", "beit")
 # model_args that change nothing at inference (dropout rates, init, dynamic input padding).
 _TIMM_INERT_ARGS = {"drop_rate", "pos_drop_rate", "patch_drop_rate", "proj_drop_rate", "attn_drop_rate",
                     "drop_path_rate", "weight_init", "dynamic_img_pad", "in_chans"}
 _TIMM_ARGS = {"img_size", "patch_size", "embed_dim", "depth", "num_heads", "mlp_ratio", "class_token",
               "global_pool", "fc_norm", "qkv_bias", "num_classes", "reg_tokens", "no_embed_class", "pre_norm",
-              "init_values", "act_layer", "mlp_layer", "dynamic_img_size"}
+              "init_values", "act_layer", "mlp_layer", "dynamic_img_size", "use_abs_pos_emb", "use_rel_pos_bias",
+              "use_shared_rel_pos_bias"}
 # Options whose values other than these (timm's defaults) name a feature keras-vit does not have.
 _TIMM_UNSUPPORTED = {"qk_norm": (False, "query/key normalization"), "final_norm": (True, "no final norm")}
 _TIMM_ACTIVATIONS = {None: "gelu", "gelu": "gelu", "gelu_tanh": "gelu_tanh", "quick_gelu": "quick_gelu"}
@@ -249,6 +253,8 @@ def _timm_implied(family, match):
             implied["fc_norm"] = False
         if match["size"] == "so400m":
             implied["mlp_ratio"] = 3.7362
+    elif family == "beit":
+        implied.update(use_abs_pos_emb=False, use_rel_pos_bias=True, init_values=0.1, global_pool="avg")
     return implied
 
 
@@ -273,6 +279,9 @@ def _timm_args(config, tensors, where):
     if pcfg.get("input_size"):
         o["img_size"] = pcfg["input_size"][1:]
     o.update(margs)
+    if o.get("use_shared_rel_pos_bias"):
+        raise ValueError(f"{where}: use_shared_rel_pos_bias=True: keras-vit lacks the "
+                         f"{_MISSING_FEATURES['beit-shared']}.")
     embed_dim = int(o["embed_dim"])
     class_token = bool(o.get("class_token", True))
     global_pool = o.get("global_pool", "token")
@@ -325,6 +334,8 @@ def _timm_args(config, tensors, where):
         patch_bias=not o.get("pre_norm", False),  # timm: bias=not pre_norm
         dynamic_image_size=bool(o.get("dynamic_img_size", False)),
         posemb_resample=TIMM_RESAMPLE,
+        relative_position_bias=bool(o.get("use_rel_pos_bias", False)),
+        absolute_position_embeddings=bool(o.get("use_abs_pos_emb", True)),
         **_timm_view(pcfg, where),
     )
     label_names = config.get("label_names", pcfg.get("label_names"))
@@ -373,7 +384,7 @@ def _strip_prefix(tensors):
     for key, value in tensors.items():
         if key.startswith(_TRANSFORMERS_SKIPPED):
             continue
-        for prefix in ("vit.", "deit.", "vision_model."):
+        for prefix in ("vit.", "deit.", "beit.", "vision_model."):
             if key.startswith(prefix):
                 key = key[len(prefix):]
                 break
@@ -390,6 +401,8 @@ def _transformers_naming(tensors):
     or "clip" (CLIP, SigLIP)."""
     if any(k.startswith("encoder.layers.") for k in tensors) or "embeddings.patch_embedding.weight" in tensors:
         return "clip"
+    if any(k.endswith((".lambda_1", "relative_position_bias_table")) for k in tensors):
+        return "beit"
     if any(re.match(r"encoder\.layer\.\d+\.norm1\.", k) for k in tensors):
         return "dinov2_swiglu" if any(".mlp.weights_in." in k for k in tensors) else "dinov2"
     return "vit"
@@ -400,8 +413,8 @@ def _transformers_args(config, tensors, where, preprocessor=None):
     bad = [a for a in architectures if a not in TRANSFORMERS_ARCHITECTURES]
     if bad:
         hint = {"DeiTForImageClassification": " (its head reads the class token alone, not DeiT's two heads)",
-                "Dinov2ForImageClassification": " (its head reads the class token and the mean patch token)",
-                "BeitModel": f" ({_MISSING_FEATURES['beit']})"}.get(bad[0], "")
+                "Dinov2ForImageClassification": " (its head reads the class token and the mean patch token)"}.get(
+                    bad[0], "")
         raise ValueError(f"{where}: unsupported transformers architecture {bad[0]!r}{hint}; keras-vit reads "
                          f"{', '.join(TRANSFORMERS_ARCHITECTURES)}.")
     model_type = config.get("model_type", "vit")
@@ -466,12 +479,24 @@ def _transformers_args(config, tensors, where, preprocessor=None):
             config.get("layer_norm_eps", 1e-5)))
         if head:
             args["classes"] = int(config.get("projection_dim") or 512)
+    elif model_type == "beit":
+        if config.get("use_shared_relative_position_bias"):
+            raise ValueError(f"{where}: use_shared_relative_position_bias=True: keras-vit lacks the "
+                             f"{_MISSING_FEATURES['beit-shared']}.")
+        head = "BeitForImageClassification" in architectures if architectures else head_key in tensors
+        mean_pooling = bool(config.get("use_mean_pooling", True))
+        init = config.get("layer_scale_init_value", 0.1)
+        # use_mean_pooling: no final norm on the tokens; pooler.layernorm on the mean patch token
+        args.update(layer_scale=float(init) if init and init > 0 else None, fc_norm=mean_pooling,
+                    pooling="gap" if mean_pooling else None,
+                    relative_position_bias=bool(config.get("use_relative_position_bias", False)),
+                    absolute_position_embeddings=bool(config.get("use_absolute_position_embeddings", False)))
     else:  # siglip
         head = False
         args.update(classifier="gap", pooling="map" if config.get("vision_use_head", True) else "gap",
                     layer_norm_epsilon=float(config.get("layer_norm_eps", 1e-6)))
     id2label = config.get("id2label") or {}
-    if model_type in ("vit", "deit"):
+    if model_type in ("vit", "deit", "beit"):
         classes = len(id2label) if id2label else int(config.get("num_labels", 2))
         if head and head_key in tensors:  # the weights are the truth for the head's width
             classes = int(tensors[head_key].shape[0])
@@ -544,6 +569,11 @@ _TRANSFORMERS_BLOCK = {
                "value": "attention.attention.value", "out": "attention.output.dense", "norm1": "norm1",
                "norm2": "norm2", "mlp_dense1": "mlp.fc1", "mlp_dense2": "mlp.fc2",
                "layer_scale1": "layer_scale1.lambda1", "layer_scale2": "layer_scale2.lambda1"},
+    "beit": {"query": "attention.attention.query", "key": "attention.attention.key",
+             "value": "attention.attention.value", "out": "attention.output.dense", "norm1": "layernorm_before",
+             "norm2": "layernorm_after", "mlp_dense1": "intermediate.dense", "mlp_dense2": "output.dense",
+             "layer_scale1": "lambda_1", "layer_scale2": "lambda_2",
+             "relative_position_bias_table": "attention.attention.relative_position_bias.relative_position_bias_table"},
     "clip": {"query": "self_attn.q_proj", "key": "self_attn.k_proj", "value": "self_attn.v_proj",
              "out": "self_attn.out_proj", "norm1": "layer_norm1", "norm2": "layer_norm2", "mlp_dense1": "mlp.fc1",
              "mlp_dense2": "mlp.fc2"},
@@ -586,6 +616,13 @@ def _source_key(path, fmt, naming="vit", distillation=False):
     m = re.fullmatch(r"encoderblock_(\d+)", head)
     if m:
         i, sub = m[1], parts[1]
+        if timm and naming == "beit":  # timm's Beit: qkv without bias, q_bias and v_bias apart, gamma_1/2
+            if sub in ("query", "key", "value") and leaf == "bias":
+                return f"blocks.{i}.attn.{sub[0]}_bias", None
+            beit = {"layer_scale1": "gamma_1", "layer_scale2": "gamma_2",
+                    "relative_position_bias_table": "attn.relative_position_bias_table"}
+            if sub in beit:
+                return f"blocks.{i}.{beit[sub]}", None
         if timm:
             if sub in ("query", "key", "value"):
                 return f"blocks.{i}.attn.qkv.{leaf}", (("query", "key", "value").index(sub), 3)
@@ -594,7 +631,7 @@ def _source_key(path, fmt, naming="vit", distillation=False):
         names = _TRANSFORMERS_BLOCK[naming.replace("_swiglu", "")]
         if sub not in names:
             return None, None
-        if sub.startswith("layer_scale"):
+        if sub.startswith(("layer_scale", "relative_position")):
             return f"encoder.layer.{i}.{names[sub]}", None
         if naming == "dinov2_swiglu" and sub.startswith("mlp_dense"):
             name = "mlp.weights_in" if sub == "mlp_dense1" else "mlp.weights_out"
@@ -615,7 +652,8 @@ def _source_key(path, fmt, naming="vit", distillation=False):
                  "pre_norm": "pre_layrnorm"}
     else:
         names = {"encoder_norm": "layernorm", "head": "cls_classifier" if distillation else "classifier",
-                 "head_dist": "distillation_classifier", "pre_logits": "pooler.dense"}
+                 "head_dist": "distillation_classifier", "pre_logits": "pooler.dense",
+                 "fc_norm": "pooler.layernorm" if naming == "beit" else None}
     if names.get(head):
         return f"{names[head]}.{leaf}", None
     return None, None
@@ -674,12 +712,16 @@ def load_state_dict(model, tensors, fmt, *, source="the checkpoint", qkv_bias=Tr
         skipped = sorted(k for k in tensors if k.startswith(_TRANSFORMERS_SKIPPED))
         tensors = _strip_prefix(tensors)
         naming = _transformers_naming(tensors)
+    elif getattr(model, "relative_position_bias", False):
+        naming = "beit"
     report = {"loaded": [], "kept": [], "dropped": [], "resampled": [], "zeroed": []}
     if fmt == "transformers":
         report["dropped"].extend(skipped)
     plan, missing, mismatched, expected = [], [], [], set()
     for variable in model.weights:
         key, part = _source_key(variable.path, fmt, naming or "vit", getattr(model, "distillation", False))
+        # BEiT's attention has no key bias (timm: a zero buffer; transformers: key without bias)
+        no_key_bias = naming == "beit" and variable.path.endswith("/key/bias")
         if key is None:
             missing.append(f"{variable.path} (no {fmt} equivalent)")
             continue
@@ -694,7 +736,7 @@ def load_state_dict(model, tensors, fmt, *, source="the checkpoint", qkv_bias=Tr
                 report["zeroed"].append(variable.path)
             elif is_head:
                 report["kept"].append(f"{key} (not in the checkpoint)")
-            elif not qkv_bias and variable.path.split("/")[1] in ("query", "key", "value") and \
+            elif no_key_bias or not qkv_bias and variable.path.split("/")[1] in ("query", "key", "value") and \
                     variable.path.endswith("/bias"):
                 plan.append((variable, None, None, "zero"))
                 report["zeroed"].append(variable.path)
@@ -840,6 +882,10 @@ def from_pretrained(path, *, resample=None, variant=None, **overrides):
         if fmt != "official":
             raise ValueError(f"{path} is a {fmt} checkpoint: its config gives the sizes; variant is for .npz files.")
         args.update(VARIANTS[canonical_variant(variant)])
+    if args.get("relative_position_bias") and "image_size" in overrides and \
+            _pair(overrides["image_size"], "image_size") != _pair(args["image_size"], "image_size"):
+        raise ValueError(f"{path}: image_size={overrides['image_size']!r}, not the checkpoint's "
+                         f"{args['image_size']!r}: keras-vit lacks the {_MISSING_FEATURES['beit-resized']}.")
     if args.get("image_size") is None and "image_size" not in overrides:
         raise ValueError(f"{path}: the position embeddings are not on a square grid; pass image_size=(H, W).")
     if "classes" in overrides and overrides["classes"] != args.get("classes"):
@@ -933,6 +979,8 @@ def _check_savable(model, fmt):
             problems.append(f"{name}={getattr(model, name)!r} (writing it is not implemented yet)")
     if model.pooling == "map":
         problems.append("pooling='map' (writing it is not implemented yet)")
+    if model.relative_position_bias or not model.absolute_position_embeddings:
+        problems.append("BEiT's relative position bias (writing it is not implemented yet)")
     if fmt == "transformers" and model.distillation:
         problems.append("a distillation token (writing DeiT's transformers format is not implemented yet)")
     if fmt == "timm":

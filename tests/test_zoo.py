@@ -20,9 +20,7 @@ pytest.importorskip("safetensors.numpy", reason="the hub formats need safetensor
 ZOO = DATA / "zoo"
 CASES = json.loads((ZOO / "cases.json").read_text())
 TOLERANCE = CASES["tolerance"]
-# what keras-vit does not build yet: refused, naming the feature (test_missing_families_name_the_feature)
-LACKING = {"timm_beit", "hf_beit", "hf_beit_cls"}
-LOADED = sorted(set(CASES["cases"]) - LACKING)
+LOADED = sorted(CASES["cases"])
 
 
 def _io(name):
@@ -146,6 +144,10 @@ def _without(model, **change):
     ("hf_siglip", dict(pooling="gap")),
     ("hf_siglip_vision", dict(approximate_gelu=False)),
     ("hf_deit", dict(distillation=False)),
+    ("timm_beit", dict(relative_position_bias=False)),
+    ("hf_beit", dict(relative_position_bias=False)),
+    ("hf_beit_cls", dict(layer_scale=None)),
+    ("timm_beit", dict(layer_scale=None)),
 ], ids=lambda v: v if isinstance(v, str) else ",".join(f"{k}={w}" for k, w in v.items()))
 def test_each_option_switched_off_moves_the_outputs(name, change):
     model = keras_vit.from_pretrained(ZOO / name)
@@ -207,10 +209,33 @@ def test_patch_features_leave_out_every_prefix_token(name, size):
 
 # -- refusals name the feature ----------------------------------------------------------------
 
-@pytest.mark.parametrize("name", sorted(LACKING))
-def test_missing_families_name_the_feature(name):
+def _edited(name, tmp_path, edit):
+    import shutil
+
+    out = tmp_path / name
+    shutil.copytree(ZOO / name, out)
+    config = json.loads((out / "config.json").read_text())
+    edit(config)
+    (out / "config.json").write_text(json.dumps(config))
+    return out
+
+
+@pytest.mark.parametrize("name, edit", [
+    ("timm_beit", lambda c: c["model_args"].update(use_shared_rel_pos_bias=True)),
+    ("hf_beit", lambda c: c.update(use_shared_relative_position_bias=True)),
+    ("hf_beit", lambda c: c.update(model_type="data2vec-vision")),
+])
+def test_missing_features_are_named(name, edit, tmp_path):
+    """issue 37 item 7: a refused checkpoint names the feature keras-vit lacks."""
     with pytest.raises(ValueError, match="relative position bias"):
-        keras_vit.from_pretrained(ZOO / name)
+        keras_vit.from_pretrained(_edited(name, tmp_path, edit))
+
+
+def test_beit_at_another_size_names_the_missing_resampling():
+    with pytest.raises(ValueError, match="relative position bias at another size"):
+        keras_vit.from_pretrained(ZOO / "timm_beit", image_size=48)
+    with pytest.raises(ValueError, match="dynamic_image_size=True"):
+        keras_vit.from_pretrained(ZOO / "hf_beit", dynamic_image_size=True)
 
 
 def test_the_new_families_are_not_written_yet_and_say_so(tmp_path):
@@ -222,7 +247,7 @@ def test_the_new_families_are_not_written_yet_and_say_so(tmp_path):
 # -- .keras round trip ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["timm_dinov2_reg4", "hf_siglip_vision", "timm_clip_quickgelu",
-                                  "hf_dinov2_swiglu"])
+                                  "hf_dinov2_swiglu", "hf_beit_cls"])
 def test_keras_files_keep_every_option(name, tmp_path):
     import keras
 
