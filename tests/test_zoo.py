@@ -289,3 +289,16 @@ for repo, entry in repos.items():
     run = subprocess.run([sys.executable, "-c", "import keras_vit; keras_vit.from_pretrained('facebook/nope')"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode != 0 and "HF_HUB_CACHE" in run.stderr
+
+
+def test_convert_takes_every_resampling_method_by_name():
+    """`keras-vit convert --resample` offers what keras_vit.interpolation has, the source's own included."""
+    import argparse
+
+    from keras_vit import cli, interpolation
+
+    commands = argparse.ArgumentParser().add_subparsers()
+    cli._add_convert(commands)
+    (convert,) = commands.choices.values()
+    (option,) = [a for a in convert._actions if a.dest == "resample"]
+    assert tuple(option.choices) == interpolation.METHODS
