@@ -302,3 +302,13 @@ def test_convert_takes_every_resampling_method_by_name():
     (convert,) = commands.choices.values()
     (option,) = [a for a in convert._actions if a.dest == "resample"]
     assert tuple(option.choices) == interpolation.METHODS
+
+
+def test_fewshot_runs_on_a_dinov2_backbone():
+    """issue 37 item 5: `fewshot` on a headless DINOv2 (registers) checkpoint's pooled features, fed its own
+    view and mean/std."""
+    pytest.importorskip("sklearn", reason="the digits data set needs scikit-learn (the `digits` extra)")
+    model = keras_vit.from_pretrained(ZOO / "hf_dinov2_reg")
+    result = keras_vit.fewshot_evaluate(model, "digits", shots=(2,), seeds=1)
+    accuracy = result["shots"]["2"]["mean"]
+    assert 0.15 < accuracy <= 1.0  # a random 2-block backbone's features still beat chance (10%) on 10 digits
