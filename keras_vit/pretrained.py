@@ -375,6 +375,11 @@ def _transformers_view(preprocessor):
 _TRANSFORMERS_SKIPPED = ("text_model.", "text_projection.", "logit_scale", "logit_bias", "embeddings.mask_token")
 
 
+# Buffers some older files hold that are derived, not learned: an arange of positions (transformers 4.x
+# CLIP/SigLIP), BEiT's relative position index (rebuilt from the grid) and timm BEiT's zero key bias.
+_DERIVED_BUFFERS = ("embeddings.position_ids", "relative_position_index", "attn.k_bias")
+
+
 def _strip_prefix(tensors):
     """The image tower's tensors under the names of a bare model: transformers' task models keep the
     backbone under 'vit.' / 'deit.', CLIP and SigLIP (and their 4.x vision-only saves) under 'vision_model.';
@@ -765,6 +770,8 @@ def load_state_dict(model, tensors, fmt, *, source="the checkpoint", qkv_bias=Tr
         if key.startswith(head_keys) and not model.include_top:
             report["dropped"].append(key)
         elif key.startswith("pooler.") and model.representation_size is None:
+            report["dropped"].append(key)
+        elif key.endswith(_DERIVED_BUFFERS):  # recomputed by keras-vit (older files saved them)
             report["dropped"].append(key)
         else:
             unexpected.append(f"{key} {tuple(tensors[key].shape)}")

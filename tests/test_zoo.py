@@ -231,6 +231,21 @@ def test_missing_features_are_named(name, edit, tmp_path):
         keras_vit.from_pretrained(_edited(name, tmp_path, edit))
 
 
+def test_derived_buffers_older_files_hold_are_dropped(tmp_path):
+    """transformers 4.x saved CLIP's position_ids and old BEiT files their relative_position_index: derived,
+    not learned, so a loader drops them (and says so) rather than refusing the file."""
+    import safetensors.numpy as st
+
+    out = _edited("hf_beit_cls", tmp_path, lambda c: None)
+    tensors = st.load_file(str(out / "model.safetensors"))
+    tensors["beit.encoder.layer.0.attention.attention.relative_position_bias.relative_position_index"] = \
+        np.zeros((17, 17), "int64")
+    tensors["beit.embeddings.position_ids"] = np.arange(17)[None]
+    st.save_file(tensors, str(out / "model.safetensors"))
+    model = keras_vit.from_pretrained(out)
+    assert max(max_diff(model, "hf_beit_cls", [""]).values()) <= TOLERANCE
+
+
 def test_beit_at_another_size_names_the_missing_resampling():
     with pytest.raises(ValueError, match="relative position bias at another size"):
         keras_vit.from_pretrained(ZOO / "timm_beit", image_size=48)
