@@ -32,7 +32,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 logging.getLogger("keras_vit").addHandler(logging.NullHandler())
 
 _EXPORTS = {
-    "keras_vit.layers": ("Attention", "DropPath", "Patches", "PatchEncoder", "TransformerBlock"),
+    "keras_vit.layers": ("Attention", "AttentionPool", "DropPath", "Patches", "PatchEncoder", "TransformerBlock"),
     "keras_vit.stem": ("BottleneckUnit", "StdConv2D"),
     "keras_vit.models": ("VARIANTS", "R26ViTB32", "R26ViTS32", "R50ViTB16", "R50ViTL32", "RViTTi16", "ViTB8",
                          "ViTB16", "ViTB32", "ViTH14", "ViTL16", "ViTL32", "ViTS16", "ViTS32", "ViTTi16",

@@ -272,7 +272,7 @@ def load_official_npz(model: keras.Model, path: str | os.PathLike, *, resample: 
             if old_grid is not None:
                 value = resample_position_embeddings(
                     value, model.patch_encoder.grid_size, old_grid=old_grid,
-                    num_prefix_tokens=model.num_prefix_tokens, method=resample)
+                    num_prefix_tokens=model.num_posemb_prefix_tokens, method=resample)
             variable.assign(np.reshape(value, variable.shape).astype(variable.dtype))
             report["loaded"].append(key)
             del value

@@ -215,8 +215,10 @@ def _add_convert(commands):
                    help="classes of the head (default: the checkpoint's; 1000 for an .npz with --variant)")
     p.add_argument("--representation-size", type=int, default=None,
                    help="keep a pre-logits layer of this width (default: none, as the official fine-tuning)")
-    p.add_argument("--resample", default=None, choices=("official", "bilinear", "bicubic"),
-                   help="position embedding resampling (default: official for .npz, bicubic as timm otherwise)")
+    p.add_argument("--resample", default=None,
+                   choices=("official", "bilinear", "bicubic", "torch_bicubic_antialias", "torch_bicubic"),
+                   help="position embedding resampling (default: the source's own: official for .npz, "
+                        "torch_bicubic_antialias for timm, torch_bicubic for transformers)")
     p.add_argument("--out", required=True, help="output .keras file")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     p.set_defaults(func=_convert, check=_check_convert)

@@ -25,6 +25,13 @@ else:
 
 ATTENTION_IMPLEMENTATIONS = ("auto", "matmul", "dot_product_attention")
 FORMULATIONS = ("fused", "reference")
+# Which prefix tokens (class, distillation, registers) have position embeddings: "all" (the paper, timm's
+# default), "class" (class and distillation tokens, not the registers: transformers' Dinov2WithRegisters),
+# "none" (only the patches: timm's no_embed_class, as its DINOv2 with registers).
+PREFIX_POSEMB = ("all", "class", "none")
+# The MLP's nonlinearity: GELU in its tanh form (the paper's checkpoints) or exact (erf) form, QuickGELU
+# x * sigmoid(1.702 x) (OpenAI's CLIP), or SwiGLU: the first Dense twice as wide, silu(first half) * second half.
+MLP_ACTIVATIONS = ("gelu_tanh", "gelu", "quick_gelu", "swiglu")
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
@@ -48,6 +55,43 @@ def gelu_tanh(x):
         return upstream * (0.5 * (1.0 + t) + (0.5 * x) * (1.0 - t * t) * (c + (3.0 * c * a) * (x * x)))
 
     return 0.5 * x * (1.0 + t), grad
+
+
+def check_mlp_activation(name):
+    """None (GELU as `approximate_gelu` says) or one of MLP_ACTIVATIONS."""
+    if name is not None and name not in MLP_ACTIVATIONS:
+        raise ValueError(f"Unknown mlp_activation {name!r}; use None or one of {MLP_ACTIVATIONS}.")
+    return name
+
+
+def mlp_activation(x, name):
+    """The MLP's nonlinearity `name` (one of MLP_ACTIVATIONS) on x; "swiglu" halves the last axis."""
+    if name == "gelu_tanh":
+        return gelu_tanh(x)
+    if name == "gelu":
+        return keras.activations.gelu(x, approximate=False)
+    if name == "quick_gelu":
+        return x * ops.sigmoid(1.702 * x)
+    gate, value = ops.split(x, 2, axis=-1)  # timm's SwiGLUPacked and transformers' weights_in: SiLU on the first
+    return ops.silu(gate) * value
+
+
+def relative_position_index(grid):
+    """BEiT's (T, T) index into its relative position bias table, T = 1 + gh * gw (class token first),
+    as timm's gen_relative_position_index and transformers' BeitRelativePositionBias: patch pairs by their
+    offset, then three entries for class -> patch, patch -> class and class -> class."""
+    import numpy as np
+
+    gh, gw = grid
+    size = (2 * gh - 1) * (2 * gw - 1) + 3
+    coords = np.stack(np.meshgrid(np.arange(gh), np.arange(gw), indexing="ij")).reshape(2, -1)
+    rel = (coords[:, :, None] - coords[:, None, :]).transpose(1, 2, 0)
+    index = np.zeros((gh * gw + 1,) * 2, dtype="int32")
+    index[1:, 1:] = (rel[..., 0] + gh - 1) * (2 * gw - 1) + rel[..., 1] + gw - 1
+    index[0, :] = size - 3
+    index[:, 0] = size - 2
+    index[0, 0] = size - 1
+    return index
 
 
 def grid_size(image_size, patch_size, what="image_size"):
@@ -170,7 +214,8 @@ class PatchEncoder(keras.layers.Layer):
 
     def __init__(self, hidden_size: int, patch_size: int | tuple[int, int] = 16, class_token: bool = True,
                  posemb_grid: int | tuple[int, int] | None = None, posemb_resample: str = "official",
-                 distillation_token: bool = False, **kwargs: Any) -> None:
+                 distillation_token: bool = False, register_tokens: int = 0, prefix_posemb: str = "all",
+                 patch_bias: bool = True, position_embeddings: bool = True, **kwargs: Any) -> None:
         check_layer_keywords(PatchEncoder, kwargs)
         super().__init__(**kwargs)
         self.hidden_size = int(hidden_size)
@@ -179,7 +224,18 @@ class PatchEncoder(keras.layers.Layer):
         self.distillation_token = bool(distillation_token)
         if self.distillation_token and not self.class_token:
             raise ValueError("distillation_token=True needs class_token=True: DeiT's tokens are [cls, dist, patches].")
-        self.num_prefix_tokens = int(self.class_token) + int(self.distillation_token)
+        self.register_tokens = int(register_tokens)
+        if self.register_tokens < 0:
+            raise ValueError(f"register_tokens must be >= 0, got {register_tokens!r}.")
+        if prefix_posemb not in PREFIX_POSEMB:
+            raise ValueError(f"Unknown prefix_posemb {prefix_posemb!r}; use one of {PREFIX_POSEMB}.")
+        self.prefix_posemb = prefix_posemb
+        self.patch_bias = bool(patch_bias)
+        self.position_embeddings = bool(position_embeddings)  # False: no absolute table (BEiT)
+        self.num_prefix_tokens = int(self.class_token) + int(self.distillation_token) + self.register_tokens
+        # the prefix tokens that have entries in the position table (before the grid's)
+        self.num_posemb_prefix_tokens = {"all": self.num_prefix_tokens, "none": 0,
+                                         "class": int(self.class_token) + int(self.distillation_token)}[prefix_posemb]
         self.posemb_grid = None if posemb_grid is None else _pair(posemb_grid, "posemb_grid")
         if posemb_resample not in interpolation.METHODS:
             raise ValueError(f"Unknown posemb_resample {posemb_resample!r}; use one of {interpolation.METHODS}.")
@@ -192,6 +248,7 @@ class PatchEncoder(keras.layers.Layer):
             padding="valid",
             data_format="channels_last",
             kernel_initializer="lecun_normal",
+            use_bias=self.patch_bias,
             name="embedding",
             dtype=self.dtype_policy,
         )
@@ -213,7 +270,13 @@ class PatchEncoder(keras.layers.Layer):
             self.dist_token = self.add_weight(shape=(1, 1, self.hidden_size),
                                               initializer=keras.initializers.RandomNormal(stddev=0.02),
                                               name="dist_token")
-        num_tokens = self.num_prefix_tokens + self.grid_size[0] * self.grid_size[1]
+        if self.register_tokens:
+            self.reg_token = self.add_weight(shape=(1, self.register_tokens, self.hidden_size),
+                                             initializer=keras.initializers.RandomNormal(stddev=0.02),
+                                             name="reg_token")
+        num_tokens = self.num_posemb_prefix_tokens + self.grid_size[0] * self.grid_size[1]
+        if not self.position_embeddings:
+            return
         self.position_embedding = self.add_weight(
             shape=(1, num_tokens, self.hidden_size),
             initializer=keras.initializers.RandomNormal(stddev=0.02),
@@ -232,12 +295,12 @@ class PatchEncoder(keras.layers.Layer):
         return (input_shape[0], self.num_prefix_tokens + gh * gw, self.hidden_size)
 
     def position_embeddings_for(self, grid: Sequence[int | Tensor]) -> Tensor:
-        """The position embeddings (1, prefix + gh * gw, D) for a patch grid, in float32.
+        """The position embeddings (1, posemb prefix + gh * gw, D) for a patch grid, in float32.
 
         `grid` may hold symbolic sizes; the stored embeddings come back unchanged at the
         stored grid.
         """
-        prefix = self.num_prefix_tokens
+        prefix = self.num_posemb_prefix_tokens
         stored = ops.cast(self.position_embedding, "float32")
         gh, gw = self.grid_size
 
@@ -260,11 +323,36 @@ class PatchEncoder(keras.layers.Layer):
         if None in grid:
             grid = (ops.shape(x)[1], ops.shape(x)[2])
         x = ops.reshape(x, (ops.shape(x)[0], -1, self.hidden_size))
-        if self.class_token:
-            prefix = [self.cls] + ([self.dist_token] if self.distillation_token else [])
-            prefix = [ops.broadcast_to(ops.cast(t, x.dtype), (ops.shape(x)[0], 1, self.hidden_size)) for t in prefix]
-            x = ops.concatenate(prefix + [x], axis=1)
-        return x + ops.cast(self.position_embeddings_for(grid), x.dtype)
+        return self.add_tokens(x, grid)
+
+    def add_tokens(self, x, grid):
+        """Projected patches (B, gh * gw, D) -> tokens (B, prefix + gh * gw, D): the prefix tokens
+        (class, distillation, registers) joined, each token with its position embedding if it has one."""
+        if not self.position_embeddings:
+            prefix = [self.cls] if self.class_token else []
+            if self.distillation_token or self.register_tokens:
+                raise ValueError("position_embeddings=False takes a class token alone, not distillation or "
+                                 "register tokens.")
+            if not prefix:
+                return x
+            return ops.concatenate([ops.broadcast_to(ops.cast(self.cls, x.dtype), (ops.shape(x)[0], 1,
+                                                                                    self.hidden_size)), x], axis=1)
+        posemb = ops.cast(self.position_embeddings_for(grid), x.dtype)
+        embedded = self.num_posemb_prefix_tokens
+        # Each token gets its table entry, if it has one, before the tokens are joined: the same sums as
+        # timm (cat then add, or add then cat with no_embed_class) and transformers' registers (inserted
+        # after the table is added), so one layout serves all three.
+        x = x + posemb[:, embedded:]
+        prefix = ([self.cls] if self.class_token else []) + ([self.dist_token] if self.distillation_token else [])
+        prefix = prefix + ([self.reg_token] if self.register_tokens else [])
+        if not prefix:
+            return x
+        batch = ops.shape(x)[0]
+        tokens = ops.concatenate([ops.cast(t, x.dtype) for t in prefix], axis=1)  # (1, prefix, D)
+        if embedded:
+            tokens = ops.concatenate([tokens[:, :embedded] + posemb[:, :embedded], tokens[:, embedded:]], axis=1)
+        tokens = ops.broadcast_to(tokens, (batch, self.num_prefix_tokens, self.hidden_size))
+        return ops.concatenate([tokens, x], axis=1)
 
     def get_config(self) -> dict[str, Any]:
         return {
@@ -275,6 +363,10 @@ class PatchEncoder(keras.layers.Layer):
             "posemb_grid": self.posemb_grid,
             "posemb_resample": self.posemb_resample,
             "distillation_token": self.distillation_token,
+            "register_tokens": self.register_tokens,
+            "prefix_posemb": self.prefix_posemb,
+            "patch_bias": self.patch_bias,
+            "position_embeddings": self.position_embeddings,
         }
 
 
@@ -413,24 +505,29 @@ class Attention(keras.layers.Layer):
         return impl == "dot_product_attention" and not return_probs and not (
             training and self.attention_dropout_rate)
 
-    def _matmul_attention(self, q, k, v, training):
-        """q (already scaled), k, v (B, heads, T, head_dim) -> (B, heads, T, head_dim), float32 probs."""
-        logits = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))
-        probs = ops.softmax(ops.cast(logits, "float32"), axis=-1)
+    def _matmul_attention(self, q, k, v, training, bias=None):
+        """q (already scaled), k, v (B, heads, T, head_dim) -> (B, heads, T, head_dim), float32 probs.
+        `bias` (heads, T, T) is added to the logits before the softmax (BEiT's relative position bias)."""
+        logits = ops.cast(ops.matmul(q, ops.transpose(k, (0, 1, 3, 2))), "float32")
+        if bias is not None:
+            logits = logits + ops.cast(bias, "float32")
+        probs = ops.softmax(logits, axis=-1)
         weights = self.attention_dropout(ops.cast(probs, self.compute_dtype), training=training)
         return ops.matmul(weights, v), probs
 
-    def call(self, x: Tensor, training: bool | None = None,
-             return_attention_scores: bool = False) -> Tensor | tuple[Tensor, Tensor]:
-        """x (B, T, D), already normalized -> (B, T, D) [, probs (B, heads, T, T)]."""
-        y, probs = self._attend(x, training, return_attention_scores)
+    def call(self, x: Tensor, training: bool | None = None, return_attention_scores: bool = False,
+             bias: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
+        """x (B, T, D), already normalized -> (B, T, D) [, probs (B, heads, T, T)]; `bias` (heads, T, T)
+        is added to the attention logits (a relative position bias)."""
+        y, probs = self._attend(x, training, return_attention_scores, bias)
         return (y, probs) if return_attention_scores else y
 
-    def _attend(self, x, training, return_probs):
+    def _attend(self, x, training, return_probs, bias=None):
         b, t = ops.shape(x)[0], ops.shape(x)[1]
         d, h, hd = self.hidden_size, self.num_heads, self.head_dim
         scale = 1.0 / math.sqrt(hd)
-        dpa = self._use_dot_product_attention(training, return_probs)
+        dpa = self._use_dot_product_attention(training, return_probs) and bias is None
+        logit_bias = bias
         probs = None
         if self._fusable():
             dtype = self.compute_dtype
@@ -443,7 +540,7 @@ class Attention(keras.layers.Layer):
                 y = ops.dot_product_attention(q, k, v, scale=1.0)
             else:  # one transpose to (3, B, heads, T, head_dim)
                 q, k, v = ops.unstack(ops.transpose(qkv, (2, 0, 3, 1, 4)), 3, axis=0)
-                y, probs = self._matmul_attention(q, k, v, training)
+                y, probs = self._matmul_attention(q, k, v, training, logit_bias)
                 y = ops.transpose(y, (0, 2, 1, 3))
             y = matmul_bias(ops.reshape(y, (-1, d)), self.out.kernel, self.out.bias, dtype)
             return ops.reshape(y, (b, t, d)), probs
@@ -454,7 +551,7 @@ class Attention(keras.layers.Layer):
             y = ops.dot_product_attention(q, k, v, scale=1.0)
         else:
             q, k, v = (ops.transpose(z, (0, 2, 1, 3)) for z in (q, k, v))
-            y, probs = self._matmul_attention(q, k, v, training)
+            y, probs = self._matmul_attention(q, k, v, training, logit_bias)
             y = ops.transpose(y, (0, 2, 1, 3))
         return self.out(ops.reshape(y, (b, t, d))), probs
 
@@ -507,6 +604,9 @@ class TransformerBlock(keras.layers.Layer):
         layer_norm_epsilon: float = 1e-6,
         attention_implementation: str = "auto",
         formulation: str = "fused",
+        layer_scale: float | None = None,
+        mlp_activation: str | None = None,
+        relative_position_grid: tuple[int, int] | None = None,
         **kwargs: Any,
     ) -> None:
         check_layer_keywords(TransformerBlock, kwargs)
@@ -518,6 +618,11 @@ class TransformerBlock(keras.layers.Layer):
         self.drop_path_rate = float(drop_path_rate)
         self.approximate_gelu = bool(approximate_gelu)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.layer_scale = None if layer_scale is None else float(layer_scale)
+        self.mlp_activation = check_mlp_activation(mlp_activation)
+        # BEiT's relative position bias over a fixed patch grid (gh, gw) with a class token in front
+        self.relative_position_grid = None if relative_position_grid is None else _pair(
+            relative_position_grid, "relative_position_grid")
         policy = self.dtype_policy
         dense = dict(kernel_initializer="glorot_uniform", dtype=policy)
         mlp_dense = dict(dense, bias_initializer=keras.initializers.RandomNormal(stddev=1e-6))
@@ -528,7 +633,9 @@ class TransformerBlock(keras.layers.Layer):
         # keep their saved paths (encoderblock_i/query, ...) of files written before this layer.
         self._attention = Attention(self.num_heads, self.attention_dropout_rate, attention_implementation,
                                     formulation, name="attention", dtype=policy)
-        self.mlp_dense1 = keras.layers.Dense(self.mlp_dim, name="mlp_dense1", **mlp_dense)
+        # SwiGLU's first Dense is twice as wide: its two halves are the gate and the value
+        width = 2 * self.mlp_dim if self.mlp_activation == "swiglu" else self.mlp_dim
+        self.mlp_dense1 = keras.layers.Dense(width, name="mlp_dense1", **mlp_dense)
         self.mlp_dense2: keras.layers.Dense | None = None  # its width is the input's, known in build
         self._mlp_dense = mlp_dense
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=policy)
@@ -574,6 +681,15 @@ class TransformerBlock(keras.layers.Layer):
         self.mlp_dense2.build(input_shape[:-1] + (self.mlp_dim,))
         self._attention.use_projections(self.query, self.key, self.value, self.out)
         self._attention.build(input_shape)
+        if self.relative_position_grid is not None:
+            self.relative_position_index = relative_position_index(self.relative_position_grid)
+            self.relative_position_bias_table = self.add_weight(
+                shape=(int(self.relative_position_index.max()) + 1, self.num_heads), initializer="zeros",
+                name="relative_position_bias_table")
+        if self.layer_scale is not None:  # LayerScale (Touvron et al., 2021): a per-channel gain on each branch
+            init = keras.initializers.Constant(self.layer_scale)
+            self.layer_scale1 = self.add_weight(shape=(hidden,), initializer=init, name="layer_scale1")
+            self.layer_scale2 = self.add_weight(shape=(hidden,), initializer=init, name="layer_scale2")
 
     def _fusable(self):
         layers = (self.mlp_dense1, self.mlp_dense2)
@@ -581,9 +697,12 @@ class TransformerBlock(keras.layers.Layer):
                                                    for layer in layers)
 
     def _gelu(self, x):
-        if not self.approximate_gelu:
-            return keras.activations.gelu(x, approximate=False)
-        return gelu_tanh(x)
+        return mlp_activation(x, self.mlp_activation or ("gelu_tanh" if self.approximate_gelu else "gelu"))
+
+    def _scale(self, y, which):
+        if self.layer_scale is None:
+            return y
+        return y * ops.cast(self.layer_scale1 if which == 1 else self.layer_scale2, y.dtype)
 
     def _mlp(self, x, training):
         if self._fusable():
@@ -596,13 +715,25 @@ class TransformerBlock(keras.layers.Layer):
         y = self._gelu(self.mlp_dense1(x))
         return self.mlp_dense2(self.dropout(y, training=training))
 
+    def _relative_bias(self, tokens):
+        if self.relative_position_grid is None:
+            return None
+        expected = self.relative_position_index.shape[0]
+        if tokens.shape[1] is not None and tokens.shape[1] != expected:
+            raise ValueError(f"{self.name}: a relative position bias over the grid {self.relative_position_grid} "
+                             f"(+ the class token: {expected} tokens) got {tokens.shape[1]} tokens; BEiT-style "
+                             "models take their own image size.")
+        bias = ops.take(self.relative_position_bias_table, self.relative_position_index.reshape(-1), axis=0)
+        return ops.transpose(ops.reshape(bias, (expected, expected, self.num_heads)), (2, 0, 1))
+
     def call(self, inputs: Tensor, training: bool | None = None,
              return_attention_scores: bool = False) -> Tensor | tuple[Tensor, Tensor]:
-        y, probs = self._attention(self.norm1(inputs), training=training, return_attention_scores=True) \
-            if return_attention_scores else (self._attention(self.norm1(inputs), training=training), None)
-        x = inputs + self.drop_path(self.dropout(y, training=training), training=training)
+        bias = self._relative_bias(inputs)
+        y, probs = self._attention(self.norm1(inputs), training=training, return_attention_scores=True, bias=bias) \
+            if return_attention_scores else (self._attention(self.norm1(inputs), training=training, bias=bias), None)
+        x = inputs + self.drop_path(self.dropout(self._scale(y, 1), training=training), training=training)
         y = self._mlp(self.norm2(x), training)
-        x = x + self.drop_path(self.dropout(y, training=training), training=training)
+        x = x + self.drop_path(self.dropout(self._scale(y, 2), training=training), training=training)
         if return_attention_scores:
             return x, probs
         return x
@@ -619,4 +750,74 @@ class TransformerBlock(keras.layers.Layer):
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "attention_implementation": self.attention_implementation,
             "formulation": self.formulation,
+            "layer_scale": self.layer_scale,
+            "mlp_activation": self.mlp_activation,
+            "relative_position_grid": self.relative_position_grid,
         }
+
+
+@_register
+class AttentionPool(keras.layers.Layer):
+    """Multi-head attention pooling ("MAP", big_vision's head of SigLIP): one learned query attends over
+    the tokens, then x + MLP(LayerNorm(x)); (B, T, D) -> (B, D).
+
+    timm's `AttentionPoolLatent` (latent_len 1) and transformers' `SiglipMultiheadAttentionPoolingHead`:
+    variables "probe" (1, 1, D), Dense "query", "key", "value", "out", LayerNorm "norm", Dense
+    "mlp_dense1" / "mlp_dense2" around the model's MLP activation; the softmax in float32.
+
+    Example:
+    >>> AttentionPool(num_heads=4, mlp_dim=64)(keras.ops.zeros((2, 16, 32))).shape
+    (2, 32)
+    """
+
+    def __init__(self, num_heads, mlp_dim, layer_norm_epsilon=1e-6, mlp_activation="gelu", **kwargs):
+        check_layer_keywords(AttentionPool, kwargs)
+        super().__init__(**kwargs)
+        self.num_heads = int(num_heads)
+        self.mlp_dim = int(mlp_dim)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.mlp_activation = check_mlp_activation(mlp_activation) or "gelu"
+        if self.mlp_activation == "swiglu":
+            raise ValueError("AttentionPool's MLP takes a plain activation, not 'swiglu'.")
+        policy = self.dtype_policy
+        self.norm = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name="norm", dtype=policy)
+        self.mlp_dense1 = keras.layers.Dense(self.mlp_dim, name="mlp_dense1",
+                                             kernel_initializer="glorot_uniform", dtype=policy)
+        self.query = self.key = self.value = self.out = self.mlp_dense2 = None  # widths known in build
+
+    def build(self, input_shape):
+        hidden = int(input_shape[-1])
+        if hidden % self.num_heads:
+            raise ValueError(f"hidden_size {hidden} is not divisible by num_heads {self.num_heads}.")
+        self.hidden_size = hidden
+        dense = dict(kernel_initializer="glorot_uniform", dtype=self.dtype_policy)
+        self.query, self.key, self.value, self.out = (keras.layers.Dense(hidden, name=n, **dense)
+                                                      for n in ("query", "key", "value", "out"))
+        self.mlp_dense2 = keras.layers.Dense(hidden, name="mlp_dense2", **dense)
+        self.probe = self.add_weight(shape=(1, 1, hidden), name="probe",
+                                     initializer=keras.initializers.RandomNormal(stddev=0.02))
+        token = (None, 1, hidden)
+        for layer in (self.query, self.key, self.value, self.out, self.norm, self.mlp_dense1):
+            layer.build(token)
+        self.mlp_dense2.build((None, 1, self.mlp_dim))
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], input_shape[-1])
+
+    def call(self, x):
+        b, t = ops.shape(x)[0], ops.shape(x)[1]
+        d, h = self.hidden_size, self.num_heads
+        hd = d // h
+        q = self.query(ops.cast(self.probe, x.dtype)) * ops.cast(1.0 / math.sqrt(hd), x.dtype)
+        q = ops.transpose(ops.reshape(q, (1, 1, h, hd)), (0, 2, 1, 3))  # (1, heads, 1, hd)
+        k = ops.transpose(ops.reshape(self.key(x), (b, t, h, hd)), (0, 2, 3, 1))  # (B, heads, hd, T)
+        v = ops.transpose(ops.reshape(self.value(x), (b, t, h, hd)), (0, 2, 1, 3))  # (B, heads, T, hd)
+        probs = ops.softmax(ops.cast(ops.matmul(q, k), "float32"), axis=-1)
+        y = ops.matmul(ops.cast(probs, x.dtype), v)  # (B, heads, 1, hd)
+        y = self.out(ops.reshape(ops.transpose(y, (0, 2, 1, 3)), (b, 1, d)))
+        y = y + self.mlp_dense2(mlp_activation(self.mlp_dense1(self.norm(y)), self.mlp_activation))
+        return y[:, 0]
+
+    def get_config(self):
+        return {**super().get_config(), "num_heads": self.num_heads, "mlp_dim": self.mlp_dim,
+                "layer_norm_epsilon": self.layer_norm_epsilon, "mlp_activation": self.mlp_activation}

@@ -170,12 +170,10 @@ class MaskedPatchPretrainer(keras.Model):
         x = pe.projection(images)
         x = ops.reshape(x, (-1, self.grid[0] * self.grid[1], pe.hidden_size))  # static N: the plan needs it
         x, kind = self.corrupt_embeddings(x, training=training)
-        prefix = ([pe.cls] if pe.class_token else []) + ([pe.dist_token] if pe.distillation_token else [])
-        if prefix:
-            prefix = [ops.broadcast_to(ops.cast(t, x.dtype), (ops.shape(x)[0], 1, pe.hidden_size)) for t in prefix]
-            x = ops.concatenate(prefix + [x], axis=1)
-        x = x + ops.cast(pe.position_embeddings_for(self.grid), x.dtype)
+        x = pe.add_tokens(x, self.grid)
         x = enc.get_layer("encoder_dropout")(x, training=training)
+        if getattr(enc, "pre_norm", False):
+            x = enc.get_layer("pre_norm")(x)
         for block in enc.blocks:
             x = block(x, training=training)
         x = enc.get_layer("encoder_norm")(x)

@@ -17,12 +17,13 @@ from keras_vit._common import Tensor, check_keywords, keywords_of
 from keras_vit._common import register as _register
 from keras_vit._common import to_pair as _pair
 from keras_vit.images import view_policy
-from keras_vit.layers import ImageSizeCheck, PatchEncoder, TransformerBlock, grid_size
+from keras_vit.layers import (PREFIX_POSEMB, AttentionPool, ImageSizeCheck, PatchEncoder, TransformerBlock,
+                              check_mlp_activation, grid_size)
 from keras_vit.presets import PRESETS, VARIANTS, canonical_variant  # noqa: F401 (VARIANTS is public here)
 from keras_vit.stem import ROOTS, check_first_stride, check_norm, resnet_stem, stem_stride
 
 CLASSIFIERS = ("token", "gap")
-POOLINGS = ("token", "gap", "avg", "max", "unpooled")
+POOLINGS = ("token", "gap", "avg", "max", "map", "unpooled")
 SIZE_ARGS = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "resnet")
 # What VisionTransformer passes on to keras.Model: the Functional model reads `trainable` (saved
 # configs hold it) and drops any other keyword silently, so those are refused here.
@@ -217,6 +218,24 @@ class VisionTransformer(keras.Model):
             resize). A timm checkpoint's own `crop_pct` is read with it.
         interpolation: the resize of that view, "bilinear" (default) or "bicubic", antialiased
             when shrinking; a timm checkpoint's own `interpolation` is read with it.
+        layer_scale: None (the paper), or LayerScale's initial value (CaiT, DINOv2's 1e-5): a learned
+            per-channel gain on both residual branches of every block (x + gamma * MSA(LN(x)), ...).
+        register_tokens: learned register tokens (Darcet et al., 2024) after the class (and
+            distillation) token: [cls, registers, patches]; 0 for none.
+        prefix_posemb: which prefix tokens have position embeddings: "all" (the paper, timm's default),
+            "class" (the class and distillation tokens, not the registers: transformers'
+            Dinov2WithRegisters) or "none" (the patches only: timm's no_embed_class, as its DINOv2 with
+            registers).
+        pre_norm: a LayerNorm ("pre_norm") on the embedded tokens before the first block (CLIP's
+            `norm_pre` / `pre_layrnorm`).
+        patch_bias: whether the patch projection has a bias (CLIP's has none).
+        mlp_activation: None (GELU as `approximate_gelu` says), "gelu_tanh", "gelu", "quick_gelu"
+            (x * sigmoid(1.702 x), OpenAI's CLIP) or "swiglu" (the first MLP Dense 2 * mlp_dim wide,
+            silu(first half) * second half: DINOv2 giant). pooling="map" uses it too.
+        relative_position_bias: BEiT's learned relative position bias in every block's attention
+            (a table of (2gh-1)(2gw-1)+3 entries per head, over the stored patch grid and the class
+            token); such a model takes its own image size only.
+        absolute_position_embeddings: False for a model without the absolute position table (BEiT).
 
     Example:
     >>> model = VisionTransformer(image_size=32, patch_size=4, hidden_size=64, num_layers=2,
@@ -261,6 +280,14 @@ class VisionTransformer(keras.Model):
         distillation: bool = False,
         crop_pct: float = 1.0,
         interpolation: str = "bilinear",
+        layer_scale: float | None = None,
+        register_tokens: int = 0,
+        prefix_posemb: str = "all",
+        pre_norm: bool = False,
+        patch_bias: bool = True,
+        mlp_activation: str | None = None,
+        relative_position_bias: bool = False,
+        absolute_position_embeddings: bool = True,
         **kwargs: Any,
     ) -> None:
         check_keywords(kwargs, vit_keywords(), "VisionTransformer")
@@ -273,7 +300,10 @@ class VisionTransformer(keras.Model):
             channels=channels, class_names=class_names, attention_implementation=attention_implementation,
             variant=variant, dynamic_image_size=dynamic_image_size, posemb_resample=posemb_resample,
             layer_norm_epsilon=layer_norm_epsilon, fc_norm=fc_norm, pixel_mean=pixel_mean, pixel_std=pixel_std,
-            distillation=distillation, crop_pct=crop_pct, interpolation=interpolation))
+            distillation=distillation, crop_pct=crop_pct, interpolation=interpolation, layer_scale=layer_scale,
+            register_tokens=register_tokens, prefix_posemb=prefix_posemb, pre_norm=pre_norm, patch_bias=patch_bias,
+            mlp_activation=mlp_activation, relative_position_bias=relative_position_bias,
+            absolute_position_embeddings=absolute_position_embeddings))
         inputs, x, args["channels"] = _model_input(input_tensor, args)
         stages = {"images": inputs}  # the feature API's cut points (see `stage_model`)
         x = _encoder(x, args, stages)
@@ -363,7 +393,13 @@ class VisionTransformer(keras.Model):
 
     @property
     def num_prefix_tokens(self) -> int:
-        return int(self.classifier == "token") + int(self.distillation)
+        """The tokens before the patches: class, distillation and register tokens."""
+        return int(self.classifier == "token") + int(self.distillation) + self.register_tokens
+
+    @property
+    def num_posemb_prefix_tokens(self) -> int:
+        """The position table's entries before the patch grid's (see `prefix_posemb`)."""
+        return self.patch_encoder.num_posemb_prefix_tokens
 
     # -- the feature API: what export, visualize and fine-tuning code ask the model for ---------
     # Cut points of the graph, in order: "images" -> [stem, patch encoder, dropout] ->
@@ -411,8 +447,10 @@ class VisionTransformer(keras.Model):
         """Everything along the way, as a dict (timm's forward_intermediates, big_vision's `out`).
 
         Keys: "embedded", "blocks" (list of each block's output), "attention" (list of
-        (B, heads, T, T) float32, with `return_attention`), "features", "pre_logits" and,
-        with include_top, "logits". The values equal the full model's.
+        (B, heads, T, T) float32, with `return_attention`), "features", "patch_features" (the
+        features of the patches alone, without the class, distillation and register tokens, as a
+        spatial map (B, gh, gw, D) for dense heads), "pre_logits" and, with include_top, "logits".
+        The values equal the full model's.
 
         Example:
         >>> model = keras_vit.ViTTi16(input_shape=(32, 32, 3), classes=10)
@@ -429,11 +467,22 @@ class VisionTransformer(keras.Model):
         if return_attention:
             out["attention"] = attention
         out["features"] = self.stage_model("encoded", "features")(x, training=training)
+        out["patch_features"] = self.patch_map(out["features"], images)
         out["pre_logits"] = self.stage_model("features", "pre_logits")(out["features"], training=training)
         if self.include_top:  # a distilled model's heads read two tokens, not the pooled mean
             start = "features" if self.distillation else "pre_logits"
             out["logits"] = self.stage_model(start, "logits")(out[start], training=training)
         return out
+
+    def patch_map(self, tokens: Tensor, images: Tensor) -> Tensor:
+        """Tokens (B, T, D) of `images` -> the patches' tokens as a map (B, gh, gw, D): the prefix
+        tokens (class, distillation, registers) left out, the rest in the patch grid's row-major order."""
+        ph, pw = _effective_patch(dict(resnet=self.resnet, patch_size=self.patch_size))
+        h, w = images.shape[1], images.shape[2]
+        if h is None or w is None:
+            h, w = ops.shape(images)[1], ops.shape(images)[2]
+        patches = tokens[:, self.num_prefix_tokens:]
+        return ops.reshape(patches, (ops.shape(tokens)[0], h // ph, w // pw, ops.shape(tokens)[-1]))
 
     def get_config(self) -> dict[str, Any]:
         return {
@@ -469,6 +518,14 @@ class VisionTransformer(keras.Model):
             "distillation": self.distillation,
             "crop_pct": self.crop_pct,
             "interpolation": self.interpolation,
+            "layer_scale": self.layer_scale,
+            "register_tokens": self.register_tokens,
+            "prefix_posemb": self.prefix_posemb,
+            "pre_norm": self.pre_norm,
+            "patch_bias": self.patch_bias,
+            "mlp_activation": self.mlp_activation,
+            "relative_position_bias": self.relative_position_bias,
+            "absolute_position_embeddings": self.absolute_position_embeddings,
         }
 
     @classmethod
@@ -522,18 +579,38 @@ def _check_arguments(args):
         a[what] = float(a[what])
     for what in ("hidden_size", "num_layers", "num_heads", "mlp_dim"):
         a[what] = int(a[what])
-    for what in ("include_top", "approximate_gelu", "fc_norm", "distillation"):
+    for what in ("include_top", "approximate_gelu", "fc_norm", "distillation", "pre_norm", "patch_bias",
+                 "relative_position_bias", "absolute_position_embeddings"):
         a[what] = bool(a[what])
-    if a["distillation"]:
+    if a["relative_position_bias"] or not a["absolute_position_embeddings"]:
         clash = [f"{k}={a[k]!r}" for k, ok in (("classifier", classifier == "token"),
-                                              ("representation_size", a["representation_size"] is None),
+                                              ("distillation", not a["distillation"]),
+                                              ("register_tokens", not a["register_tokens"]),
+                                              ("dynamic_image_size", not a["dynamic_image_size"]),
+                                              ("resnet", a["resnet"] is None)) if not ok]
+        if clash:
+            raise ValueError(f"relative_position_bias / absolute_position_embeddings=False (BEiT: a class token, "
+                             f"one patch grid) do not go with {', '.join(clash)}.")
+    if a["layer_scale"] is not None:
+        a["layer_scale"] = float(a["layer_scale"])
+    a["register_tokens"] = int(a["register_tokens"])
+    if a["register_tokens"] < 0:
+        raise ValueError(f"register_tokens must be >= 0, got {a['register_tokens']}.")
+    if a["prefix_posemb"] not in PREFIX_POSEMB:
+        raise ValueError(f"Unknown prefix_posemb {a['prefix_posemb']!r}; use one of {PREFIX_POSEMB}.")
+    a["mlp_activation"] = check_mlp_activation(a["mlp_activation"])
+    if a["distillation"]:
+        # transformers' DeiTModel: a pre-logits Dense + tanh on the class token, no head
+        pooler_ok = a["representation_size"] is None or not a["include_top"]
+        clash = [f"{k}={a[k]!r}" for k, ok in (("classifier", classifier == "token"),
+                                              ("representation_size", pooler_ok),
                                               ("fc_norm", not a["fc_norm"])) if not ok]
         if a["include_top"] and pooling not in (None, "token"):
             clash.append(f"pooling={pooling!r} with include_top=True (the two heads read the two tokens)")
         if clash:
             raise ValueError(f"distillation=True (DeiT: class and distillation tokens, one head on each) does not "
-                             f"go with {', '.join(clash)}; use classifier='token', representation_size=None, "
-                             "fc_norm=False.")
+                             f"go with {', '.join(clash)}; use classifier='token', representation_size=None "
+                             "(or include_top=False), fc_norm=False.")
     a["layer_norm_epsilon"] = float(a["layer_norm_epsilon"])
     image_size, patch_size, resnet = a["image_size"], a["patch_size"], a["resnet"]
     if resnet is None:
@@ -597,8 +674,12 @@ def _encoder(x, a, stages):
     grid = (a["image_size"][0] // effective[0], a["image_size"][1] // effective[1])
     x = PatchEncoder(a["hidden_size"], a["patch_size"], class_token=a["classifier"] == "token", posemb_grid=grid,
                      posemb_resample=a["posemb_resample"], distillation_token=a["distillation"],
+                     register_tokens=a["register_tokens"], prefix_posemb=a["prefix_posemb"],
+                     patch_bias=a["patch_bias"], position_embeddings=a["absolute_position_embeddings"],
                      name="patch_encoder")(x)
     x = keras.layers.Dropout(a["dropout_rate"], name="encoder_dropout")(x)
+    if a["pre_norm"]:
+        x = keras.layers.LayerNormalization(epsilon=a["layer_norm_epsilon"], name="pre_norm")(x)
     stages["embedded"] = x
     num_layers = a["num_layers"]
     for i in range(num_layers):
@@ -611,6 +692,9 @@ def _encoder(x, a, stages):
             approximate_gelu=a["approximate_gelu"],
             attention_implementation=a["attention_implementation"],
             layer_norm_epsilon=a["layer_norm_epsilon"],
+            layer_scale=a["layer_scale"],
+            mlp_activation=a["mlp_activation"],
+            relative_position_grid=grid if a["relative_position_bias"] else None,
             name=f"encoderblock_{i}",
         )(x)
     stages["encoded"] = x
@@ -623,9 +707,11 @@ def _encoder(x, a, stages):
 def _pool_and_head(x, a, stages):
     """Tokens -> pooled representation -> [fc_norm] -> [pre-logits] -> [head -> activation]."""
     pool = a["pooling"] or a["classifier"]
-    prefix = int(a["classifier"] == "token") + int(a["distillation"])
+    prefix = int(a["classifier"] == "token") + int(a["distillation"]) + a["register_tokens"]
     tokens = x
-    if pool == "token" and a["distillation"]:
+    if pool == "token" and a["distillation"] and a["representation_size"] is not None:
+        x = x[:, 0]  # transformers' DeiTModel pools the class token alone
+    elif pool == "token" and a["distillation"]:
         x = (x[:, 0] + x[:, 1]) * 0.5  # timm's pooled output of a distilled DeiT
     elif pool == "token":
         x = x[:, 0]
@@ -633,6 +719,10 @@ def _pool_and_head(x, a, stages):
         x = ops.mean(x[:, prefix:] if prefix else x, axis=1)
     elif pool == "max":
         x = ops.max(x[:, prefix:] if prefix else x, axis=1)
+    elif pool == "map":  # one learned query attends over the patch tokens (timm drops the prefix tokens too)
+        activation = a["mlp_activation"] or ("gelu_tanh" if a["approximate_gelu"] else "gelu")
+        x = AttentionPool(a["num_heads"], a["mlp_dim"], a["layer_norm_epsilon"], activation,
+                          name="attention_pool")(x[:, prefix:] if prefix else x)
     if a["fc_norm"]:
         x = keras.layers.LayerNormalization(epsilon=a["layer_norm_epsilon"], name="fc_norm")(x)
     if a["representation_size"] is not None:

@@ -46,7 +46,7 @@ def infer_grid(num_patches, like=None):
 def stored_grid(model, tokens):
     """The (rows, cols) of a checkpoint's `tokens` position embeddings (prefix tokens included) for
     `model`: square, or of the aspect ratio of the model's own grid; ValueError when neither fits."""
-    return infer_grid(tokens - model.num_prefix_tokens, like=model.patch_encoder.grid_size)
+    return infer_grid(tokens - model.num_posemb_prefix_tokens, like=model.patch_encoder.grid_size)
 
 
 def resample_note(old_grid, new_grid, method):
@@ -163,7 +163,7 @@ def copy_weights(source, target, *, method="official"):
         if old_grid is not None:
             value = resample_position_embeddings(
                 value, target.patch_encoder.grid_size, old_grid=old_grid,
-                num_prefix_tokens=target.num_prefix_tokens, method=method)
+                num_prefix_tokens=target.num_posemb_prefix_tokens, method=method)
         variable.assign(value.astype(variable.dtype))
         report["loaded"].append(variable.path)
     return report

@@ -22,6 +22,7 @@ import numpy as np
 
 from keras_vit._files import atomic_path
 from keras_vit._common import check_keywords, describe_misfit, refuse_unknown_keywords
+from keras_vit._common import to_pair as _pair
 from keras_vit.checkpoints import (PICKLE_SUFFIXES, convert_checkpoint, describe_changes, load_official_npz,
                                    read_npz_index, refuse_pickle)
 from keras_vit.presets import missing_checkpoint
@@ -40,20 +41,53 @@ HALF = (0.5, 0.5, 0.5)
 # timm's ViT families: (embed_dim, depth, num_heads), timm/models/vision_transformer.py.
 TIMM_SIZES = {
     "tiny": (192, 12, 3), "small": (384, 12, 6), "base": (768, 12, 12), "large": (1024, 24, 16),
-    "huge": (1280, 32, 16),
+    "huge": (1280, 32, 16), "giant": (1536, 40, 24), "so400m": (1152, 27, 16),
 }
-_TIMM_ARCH = re.compile(r"^(vit|deit)_(tiny|small|base|large|huge)_patch(\d+)_(\d+)$")
-TIMM_ARCHITECTURES = ("vit_{tiny,small,base,large,huge}_patch{P}_{SIZE}", "deit_{tiny,small,base}_patch16_{SIZE}")
-TRANSFORMERS_ARCHITECTURES = ("ViTForImageClassification", "ViTModel")
-# model_args that change nothing at inference (dropout rates, init, dynamic input sizes).
+# timm architectures keras-vit reads, and what each name implies beyond a plain ViT (as timm's entrypoints
+# set it: it is not in config.json's model_args, which override it). timm/models/vision_transformer.py, deit.py.
+_TIMM_FAMILIES = (
+    (re.compile(r"^(vit|deit)_(?P<size>tiny|small|base|large|huge)_patch(?P<patch>\d+)_(?P<img>\d+)$"), "plain"),
+    (re.compile(r"^deit_(?P<size>tiny|small|base)_distilled_patch(?P<patch>16)_(?P<img>\d+)$"), "deit_distilled"),
+    (re.compile(r"^vit_(?P<size>small|base|large|giant)_patch(?P<patch>14)_(?:reg(?P<reg>\d+)_)?dinov2$"), "dinov2"),
+    (re.compile(r"^vit_(?P<size>base|large|huge)_patch(?P<patch>\d+)_clip_(?P<quick>quickgelu_)?(?P<img>\d+)$"),
+     "clip"),
+    (re.compile(r"^vit_(?P<size>base|large|so400m)_patch(?P<patch>\d+)_siglip_(?P<gap>gap_)?(?P<img>\d+)$"),
+     "siglip"),
+    (re.compile(r"^beit_(?P<size>base|large)_patch(?P<patch>16)_(?P<img>\d+)$"), "beit"),
+)
+TIMM_ARCHITECTURES = ("vit_{tiny,...,huge}_patch{P}_{SIZE}", "deit_{tiny,small,base}[_distilled]_patch16_{SIZE}",
+                      "vit_{small,base,large,giant}_patch14[_reg{N}]_dinov2", "vit_*_clip[_quickgelu]_{SIZE}",
+                      "vit_*_siglip[_gap]_{SIZE}", "beit_{base,large}_patch16_{SIZE}")
+# Families keras-vit does not build yet, and the features they need that it lacks.
+_MISSING_FEATURES = {
+    "beit-shared": "shared relative position bias (one table for every block)",
+    "beit-resized": "relative position bias at another size (its table resampled)",
+    "data2vec-vision": "relative position bias shared across blocks (read as BEiT's is not checked)",
+    "eva": "rotary position embeddings (RoPE) and SwiGLU with its own norm",
+    "eva02": "rotary position embeddings (RoPE) and SwiGLU with its own norm",
+    "deit3": "no_embed_class LayerScale variant (not read yet)",
+}
+TRANSFORMERS_ARCHITECTURES = ("ViTForImageClassification", "ViTModel", "DeiTModel",
+                              "DeiTForImageClassificationWithTeacher", "Dinov2Model", "Dinov2WithRegistersModel",
+                              "CLIPVisionModel", "CLIPVisionModelWithProjection", "CLIPModel", "SiglipVisionModel",
+                              "SiglipModel", "BeitModel", "BeitForImageClassification")
+TRANSFORMERS_MODEL_TYPES = ("vit", "deit", "dinov2", "dinov2_with_registers", "clip", "clip_vision_model", "siglip",
+                            "siglip_vision_model", "beit")
+# model_args that change nothing at inference (dropout rates, init, dynamic input padding).
 _TIMM_INERT_ARGS = {"drop_rate", "pos_drop_rate", "patch_drop_rate", "proj_drop_rate", "attn_drop_rate",
-                    "drop_path_rate", "weight_init", "dynamic_img_size", "dynamic_img_pad", "in_chans"}
+                    "drop_path_rate", "weight_init", "dynamic_img_pad", "in_chans"}
 _TIMM_ARGS = {"img_size", "patch_size", "embed_dim", "depth", "num_heads", "mlp_ratio", "class_token",
-              "global_pool", "fc_norm", "qkv_bias", "num_classes"}
-# Options whose values other than these (timm's defaults) need layers keras-vit does not have.
-_TIMM_UNSUPPORTED = {"reg_tokens": 0, "no_embed_class": False, "pre_norm": False, "init_values": None,
-                     "qk_norm": False, "final_norm": True}
-_TRANSFORMERS_GELU = {"gelu": False, "gelu_new": True, "gelu_pytorch_tanh": True}
+              "global_pool", "fc_norm", "qkv_bias", "num_classes", "reg_tokens", "no_embed_class", "pre_norm",
+              "init_values", "act_layer", "mlp_layer", "dynamic_img_size", "use_abs_pos_emb", "use_rel_pos_bias",
+              "use_shared_rel_pos_bias"}
+# Options whose values other than these (timm's defaults) name a feature keras-vit does not have.
+_TIMM_UNSUPPORTED = {"qk_norm": (False, "query/key normalization"), "final_norm": (True, "no final norm")}
+_TIMM_ACTIVATIONS = {None: "gelu", "gelu": "gelu", "gelu_tanh": "gelu_tanh", "quick_gelu": "quick_gelu"}
+_TRANSFORMERS_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+                             "quick_gelu": "quick_gelu"}
+# The source's own resampling of position embeddings at another size (keras_vit.interpolation's names).
+TIMM_RESAMPLE = "torch_bicubic_antialias"
+TRANSFORMERS_RESAMPLE = {"dinov2_with_registers": "torch_bicubic_antialias"}  # others: "torch_bicubic"
 
 
 # -- reading -------------------------------------------------------------------------------
@@ -78,9 +112,31 @@ def _read_json(path):
     return config
 
 
+_HUB_NAME = re.compile(r"^(?:hf-hub:)?([A-Za-z0-9][\w.-]*/[\w.-]+)$")
+
+
+def _hub_folder(name):
+    """The local snapshot folder of a Hugging Face hub repo, through huggingface_hub (its cache and
+    offline mode); only the files keras-vit reads are fetched."""
+    from keras_vit._optional import require
+
+    huggingface_hub = require("huggingface_hub", "hub", what=f"{name!r}, not a local path, read as a hub name,")
+    try:
+        return huggingface_hub.snapshot_download(
+            name, allow_patterns=["config.json", "preprocessor_config.json", "model.safetensors",
+                                  "model.safetensors.index.json", "model-*.safetensors"])
+    except Exception as e:  # offline without a cached copy, a missing repo, no network
+        raise ValueError(f"{name!r} is neither a local path nor a hub repo huggingface_hub can give "
+                         f"({type(e).__name__}: {e}). Offline (HF_HUB_OFFLINE=1) it must be in the cache "
+                         "(HF_HUB_CACHE).") from None
+
+
 def _locate(path):
-    """(format, config or None, [weights files]) of a checkpoint file or hub folder."""
+    """(format, config or None, [weights files]) of a checkpoint file, hub folder or hub name."""
     path = os.fspath(path)
+    if not os.path.exists(path) and _HUB_NAME.match(path) and not path.endswith(
+            (".npz", ".safetensors", ".keras", ".h5") + PICKLE_SUFFIXES):
+        path = _hub_folder(_HUB_NAME.match(path)[1])
     if not os.path.exists(path):
         raise missing_checkpoint(path)
     if os.path.isdir(path):
@@ -121,9 +177,12 @@ def _detect_format(config, where):
     if "architecture" in config:
         return "timm"
     if "model_type" in config:
-        if config["model_type"] != "vit":
-            raise ValueError(f"{where}: unsupported transformers model_type {config['model_type']!r}; "
-                             "keras-vit reads model_type 'vit' (ViTModel, ViTForImageClassification).")
+        model_type = config["model_type"]
+        if model_type not in TRANSFORMERS_MODEL_TYPES:
+            missing = _MISSING_FEATURES.get(str(model_type).replace("_", "-"))
+            raise ValueError(f"{where}: unsupported transformers model_type {model_type!r}"
+                             + (f": keras-vit lacks its {missing}" if missing else "")
+                             + f"; keras-vit reads model_type {', '.join(map(repr, TRANSFORMERS_MODEL_TYPES))}.")
         return "transformers"
     raise ValueError(f"{where} is neither a timm config (no 'architecture') nor a transformers config "
                      "(no 'model_type').")
@@ -163,63 +222,133 @@ def _class_names(names, count, descriptions=None):
     return names
 
 
+def _timm_family(arch, where):
+    """(family, regex match) of a timm architecture name; refusals name the missing feature."""
+    for pattern, family in _TIMM_FAMILIES:
+        match = pattern.match(arch)
+        if match:
+            return family, match
+    prefix = arch.split("_")[0]
+    missing = _MISSING_FEATURES.get(prefix) or _MISSING_FEATURES.get(arch.split("_patch")[0].split("_")[0])
+    raise ValueError(f"{where}: unsupported timm architecture {arch!r}"
+                     + (f": keras-vit lacks its {missing}" if missing else "")
+                     + f"; keras-vit reads {', '.join(TIMM_ARCHITECTURES)} (with any model_args it supports).")
+
+
+def _timm_implied(family, match):
+    """The model_args a timm architecture name implies (its entrypoint's), in timm's names."""
+    embed_dim, depth, heads = TIMM_SIZES[match["size"]]
+    implied = dict(embed_dim=embed_dim, depth=depth, num_heads=heads, patch_size=int(match["patch"]))
+    if match.groupdict().get("img"):
+        implied["img_size"] = int(match["img"])
+    if family == "deit_distilled":
+        implied["distilled"] = True
+    elif family == "dinov2":
+        implied.update(img_size=518, init_values=1e-5)
+        if match["reg"]:
+            implied.update(reg_tokens=int(match["reg"]), no_embed_class=True)
+        if match["size"] == "giant":
+            implied.update(mlp_ratio=2.66667 * 2, mlp_layer="swiglu", act_layer="silu")
+    elif family == "clip":
+        implied.update(pre_norm=True, norm_eps=1e-5)
+        if match["quick"]:
+            implied["act_layer"] = "quick_gelu"
+    elif family == "siglip":
+        implied.update(class_token=False, global_pool="avg" if match["gap"] else "map")
+        if match["gap"]:
+            implied["fc_norm"] = False
+        if match["size"] == "so400m":
+            implied["mlp_ratio"] = 3.7362
+    elif family == "beit":
+        implied.update(use_abs_pos_emb=False, use_rel_pos_bias=True, init_values=0.1, global_pool="avg")
+    return implied
+
+
 def _timm_args(config, tensors, where):
     """VisionTransformer arguments for a timm config.json; also the qkv_bias flag."""
     arch = str(config["architecture"]).split(".")[0]
-    match = _TIMM_ARCH.match(arch)
-    if not match or (match[1] == "deit" and match[2] not in ("tiny", "small", "base")):
-        raise ValueError(f"{where}: unsupported timm architecture {config['architecture']!r}; keras-vit reads "
-                         f"{' and '.join(TIMM_ARCHITECTURES)} (with any model_args it supports).")
-    family, size = match[2], int(match[4])
-    embed_dim, depth, heads = TIMM_SIZES[family]
+    family, match = _timm_family(arch, where)
     margs = dict(config.get("model_args") or {})
     unknown = set(margs) - _TIMM_ARGS - _TIMM_INERT_ARGS - set(_TIMM_UNSUPPORTED)
     if unknown:
         raise ValueError(f"{where}: unsupported timm model_args {sorted(unknown)}.")
-    for key, default in _TIMM_UNSUPPORTED.items():
+    for key, (default, feature) in _TIMM_UNSUPPORTED.items():
         if key in margs and margs[key] != default:
-            raise ValueError(f"{where}: timm model_args {key}={margs[key]!r} is not supported "
-                             f"(keras-vit has no such layer; supported: {key}={default!r}).")
+            raise ValueError(f"{where}: timm model_args {key}={margs[key]!r} is not supported (keras-vit lacks "
+                             f"{feature or key}; supported: {key}={default!r}).")
     if margs.get("in_chans", 3) != 3:
         raise ValueError(f"{where}: in_chans={margs['in_chans']}; keras-vit models take RGB (3 channels).")
     pcfg = config.get("pretrained_cfg") or {}
-    image_size = margs.get("img_size") or (pcfg.get("input_size") or [3, size, size])[1:] or size
-    embed_dim = margs.get("embed_dim", embed_dim)
-    class_token = bool(margs.get("class_token", True))
-    global_pool = margs.get("global_pool", config.get("global_pool", "token"))
-    if global_pool not in ("token", "avg"):
-        raise ValueError(f"{where}: timm global_pool={global_pool!r} is not supported; use 'token' or 'avg'.")
+    o = _timm_implied(family, match)
+    if "global_pool" in config:
+        o["global_pool"] = config["global_pool"]
+    if pcfg.get("input_size"):
+        o["img_size"] = pcfg["input_size"][1:]
+    o.update(margs)
+    if o.get("use_shared_rel_pos_bias"):
+        raise ValueError(f"{where}: use_shared_rel_pos_bias=True: keras-vit lacks the "
+                         f"{_MISSING_FEATURES['beit-shared']}.")
+    embed_dim = int(o["embed_dim"])
+    class_token = bool(o.get("class_token", True))
+    global_pool = o.get("global_pool", "token")
+    if global_pool not in ("token", "avg", "map"):
+        raise ValueError(f"{where}: timm global_pool={global_pool!r} is not supported; use 'token', 'avg' or 'map'.")
     if global_pool == "token" and not class_token:
         raise ValueError(f"{where}: global_pool='token' without a class token.")
-    fc_norm = margs.get("fc_norm")
+    fc_norm = o.get("fc_norm")
     if fc_norm is None:  # timm's default: the norm after pooling for average-pooled models
         fc_norm = global_pool == "avg"
-    num_classes = int(margs.get("num_classes", config.get("num_classes", 1000)))
-    mean = tuple(pcfg.get("mean") or (IMAGENET_MEAN if match[1] == "deit" else HALF))
-    std = tuple(pcfg.get("std") or (IMAGENET_STD if match[1] == "deit" else HALF))
+    act = o.get("act_layer")
+    swiglu = o.get("mlp_layer") == "swiglu"
+    if swiglu:
+        if act not in ("silu", "swish"):
+            raise ValueError(f"{where}: a SwiGLU MLP with act_layer={act!r}; keras-vit's SwiGLU gates with SiLU.")
+        activation = "swiglu"
+    elif act in _TIMM_ACTIVATIONS:
+        activation = _TIMM_ACTIVATIONS[act]
+    else:
+        raise ValueError(f"{where}: timm act_layer={act!r} is not supported; keras-vit has "
+                         f"{sorted(k for k in _TIMM_ACTIVATIONS if k)} (and SwiGLU).")
+    width = int(embed_dim * float(o.get("mlp_ratio", 4.0)))
+    num_classes = int(o.get("num_classes", config.get("num_classes", 1000)))
+    deit = arch.startswith("deit")
+    mean = tuple(pcfg.get("mean") or (IMAGENET_MEAN if deit else HALF))
+    std = tuple(pcfg.get("std") or (IMAGENET_STD if deit else HALF))
+    image_size = o["img_size"]
     args = dict(
         image_size=tuple(image_size) if isinstance(image_size, (list, tuple)) else int(image_size),
-        patch_size=int(margs.get("patch_size", match[3])),
-        hidden_size=int(embed_dim),
-        num_layers=int(margs.get("depth", depth)),
-        num_heads=int(margs.get("num_heads", heads)),
-        mlp_dim=int(embed_dim * float(margs.get("mlp_ratio", 4.0))),
+        patch_size=int(o["patch_size"]),
+        hidden_size=embed_dim,
+        num_layers=int(o["depth"]),
+        num_heads=int(o["num_heads"]),
+        mlp_dim=width // 2 if swiglu else width,  # timm's packed SwiGLU: fc1 is `width` wide, fc2 takes half
         classes=num_classes if num_classes else None,
         include_top=num_classes > 0,
         classifier="token" if class_token else "gap",
-        pooling=None if not class_token or global_pool == "token" else "gap",
+        pooling={"token": None, "avg": "gap", "map": "map"}[global_pool],
         fc_norm=bool(fc_norm),
-        approximate_gelu=False,
-        layer_norm_epsilon=1e-6,
+        approximate_gelu=activation == "gelu_tanh",
+        mlp_activation=activation if activation in ("quick_gelu", "swiglu") else None,
+        layer_norm_epsilon=float(o.get("norm_eps", 1e-6)),
         pixel_mean=mean,
         pixel_std=std,
+        distillation=bool(o.get("distilled", False)),
+        layer_scale=None if o.get("init_values") is None else float(o["init_values"]),
+        register_tokens=int(o.get("reg_tokens", 0)),
+        prefix_posemb="none" if o.get("no_embed_class") else "all",
+        pre_norm=bool(o.get("pre_norm", False)),
+        patch_bias=not o.get("pre_norm", False),  # timm: bias=not pre_norm
+        dynamic_image_size=bool(o.get("dynamic_img_size", False)),
+        posemb_resample=TIMM_RESAMPLE,
+        relative_position_bias=bool(o.get("use_rel_pos_bias", False)),
+        absolute_position_embeddings=bool(o.get("use_abs_pos_emb", True)),
         **_timm_view(pcfg, where),
     )
     label_names = config.get("label_names", pcfg.get("label_names"))
     descriptions = config.get("label_descriptions", pcfg.get("label_descriptions"))
     if num_classes:
         args["class_names"] = _class_names(label_names, num_classes, descriptions)
-    return args, bool(margs.get("qkv_bias", True))
+    return args, bool(o.get("qkv_bias", True))
 
 
 def _timm_view(pcfg, where):
@@ -247,36 +376,68 @@ def _transformers_view(preprocessor):
     return view
 
 
+# Keys of a transformers file that hold no part of an image tower (a full CLIP/SigLIP model's text side) or
+# nothing used at inference (DINOv2's mask token, for masked-image training).
+_TRANSFORMERS_SKIPPED = ("text_model.", "text_projection.", "logit_scale", "logit_bias", "embeddings.mask_token")
+
+
+# Buffers some older files hold that are derived, not learned: an arange of positions (transformers 4.x
+# CLIP/SigLIP), BEiT's relative position index (rebuilt from the grid) and timm BEiT's zero key bias.
+_DERIVED_BUFFERS = ("embeddings.position_ids", "relative_position_index", "attn.k_bias")
+
+
 def _strip_prefix(tensors):
-    """transformers' task models keep the backbone under 'vit.'; a bare ViTModel does not."""
-    if any(k.startswith("vit.") for k in tensors):
-        return {k[len("vit."):] if k.startswith("vit.") else k: v for k, v in tensors.items()}
-    return tensors
+    """The image tower's tensors under the names of a bare model: transformers' task models keep the
+    backbone under 'vit.' / 'deit.', CLIP and SigLIP (and their 4.x vision-only saves) under 'vision_model.';
+    a full CLIP's or SigLIP's text side is left out. CLIP's vector class embedding (D,) and its
+    nn.Embedding table (T, D) are given keras-vit's shapes (1, 1, D), (1, T, D)."""
+    out = {}
+    for key, value in tensors.items():
+        if key.startswith(_TRANSFORMERS_SKIPPED):
+            continue
+        for prefix in ("vit.", "deit.", "beit.", "vision_model."):
+            if key.startswith(prefix):
+                key = key[len(prefix):]
+                break
+        if key == "embeddings.class_embedding" and value.ndim == 1:
+            value = value.reshape(1, 1, -1)
+        elif key == "embeddings.position_embedding.weight" and value.ndim == 2:
+            value = value[None]
+        out[key] = value
+    return out
+
+
+def _transformers_naming(tensors):
+    """Which transformers key scheme a (prefix-stripped) state dict uses: "vit" (ViT, DeiT), "dinov2"
+    or "clip" (CLIP, SigLIP)."""
+    if any(k.startswith("encoder.layers.") for k in tensors) or "embeddings.patch_embedding.weight" in tensors:
+        return "clip"
+    if any(k.endswith((".lambda_1", "relative_position_bias_table")) for k in tensors):
+        return "beit"
+    if any(re.match(r"encoder\.layer\.\d+\.norm1\.", k) for k in tensors):
+        return "dinov2_swiglu" if any(".mlp.weights_in." in k for k in tensors) else "dinov2"
+    return "vit"
 
 
 def _transformers_args(config, tensors, where, preprocessor=None):
     architectures = config.get("architectures") or []
     bad = [a for a in architectures if a not in TRANSFORMERS_ARCHITECTURES]
     if bad:
-        raise ValueError(f"{where}: unsupported transformers architecture {bad[0]!r}; keras-vit reads "
+        hint = {"DeiTForImageClassification": " (its head reads the class token alone, not DeiT's two heads)",
+                "Dinov2ForImageClassification": " (its head reads the class token and the mean patch token)"}.get(
+                    bad[0], "")
+        raise ValueError(f"{where}: unsupported transformers architecture {bad[0]!r}{hint}; keras-vit reads "
                          f"{', '.join(TRANSFORMERS_ARCHITECTURES)}.")
+    model_type = config.get("model_type", "vit")
+    if model_type in ("clip", "siglip"):  # a full model: the image tower's config is vision_config
+        config = dict(config.get("vision_config") or {}, projection_dim=config.get("projection_dim"))
     act = config.get("hidden_act", "gelu")
-    if act not in _TRANSFORMERS_GELU:
-        raise ValueError(f"{where}: hidden_act={act!r} is not supported; use one of {sorted(_TRANSFORMERS_GELU)}.")
+    if act not in _TRANSFORMERS_ACTIVATIONS:
+        raise ValueError(f"{where}: hidden_act={act!r} is not supported; use one of "
+                         f"{sorted(_TRANSFORMERS_ACTIVATIONS)}.")
+    activation = _TRANSFORMERS_ACTIVATIONS[act]
     if int(config.get("num_channels", 3)) != 3:
         raise ValueError(f"{where}: num_channels={config['num_channels']}; keras-vit models take RGB.")
-    if architectures:
-        head = "ViTForImageClassification" in architectures
-    else:
-        head = "classifier.weight" in tensors
-    pooler = "pooler.dense.weight" in tensors
-    if pooler and config.get("pooler_act", "tanh") != "tanh":
-        raise ValueError(f"{where}: pooler_act={config['pooler_act']!r} is not supported; keras-vit's "
-                         "pre-logits layer is Dense + tanh.")
-    id2label = config.get("id2label") or {}
-    classes = len(id2label) if id2label else int(config.get("num_labels", 2))
-    if head and "classifier.weight" in tensors:  # the weights are the truth for the head's width
-        classes = int(tensors["classifier.weight"].shape[0])
     preprocessor = preprocessor or {}
     hidden = int(config.get("hidden_size", 768))
     args = dict(
@@ -286,18 +447,78 @@ def _transformers_args(config, tensors, where, preprocessor=None):
         num_layers=int(config.get("num_hidden_layers", 12)),
         num_heads=int(config.get("num_attention_heads", 12)),
         mlp_dim=int(config.get("intermediate_size", 3072)),
-        classes=classes if head else None,
-        include_top=head,
         classifier="token",
-        representation_size=int(config.get("pooler_output_size") or hidden) if pooler else None,
-        approximate_gelu=_TRANSFORMERS_GELU[act],
+        approximate_gelu=activation == "gelu_tanh",
+        mlp_activation="quick_gelu" if activation == "quick_gelu" else None,
         layer_norm_epsilon=float(config.get("layer_norm_eps", 1e-12)),
         pixel_mean=tuple(preprocessor.get("image_mean") or HALF),
         pixel_std=tuple(preprocessor.get("image_std") or HALF),
+        posemb_resample=TRANSFORMERS_RESAMPLE.get(model_type, "torch_bicubic"),
         **_transformers_view(preprocessor),
     )
-    if head:
-        args["class_names"] = _class_names(id2label, classes)
+    head_key = "classifier.weight"
+    if model_type in ("vit", "deit"):
+        head = bool(set(architectures) & {"ViTForImageClassification", "DeiTForImageClassificationWithTeacher"}) \
+            if architectures else head_key in tensors
+        if model_type == "deit":
+            args["distillation"] = True  # DeiTModel and the teacher model have the token whatever the file
+            head_key = "cls_classifier.weight"
+        pooler = "pooler.dense.weight" in tensors
+        if pooler and config.get("pooler_act", "tanh") != "tanh":
+            raise ValueError(f"{where}: pooler_act={config['pooler_act']!r} is not supported; keras-vit's "
+                             "pre-logits layer is Dense + tanh.")
+        args["representation_size"] = int(config.get("pooler_output_size") or hidden) if pooler else None
+    elif model_type in ("dinov2", "dinov2_with_registers"):
+        head = False
+        ratio = float(config.get("mlp_ratio", 4))
+        if config.get("use_swiglu_ffn"):  # transformers' Dinov2SwiGLUFFN hidden width
+            args["mlp_dim"] = (int(int(hidden * ratio) * 2 / 3) + 7) // 8 * 8
+            args["mlp_activation"] = "swiglu"
+        else:
+            args["mlp_dim"] = int(hidden * ratio)
+        args["layer_scale"] = float(config.get("layerscale_value", 1.0))
+        args["register_tokens"] = int(config.get("num_register_tokens", 0))
+        args["prefix_posemb"] = "class"  # the registers are inserted after the table is added
+        args["layer_norm_epsilon"] = float(config.get("layer_norm_eps", 1e-6))
+        args["dynamic_image_size"] = True  # Dinov2Embeddings resamples at every other size, unasked
+    elif model_type in ("clip", "clip_vision_model"):
+        head = bool(set(architectures) & {"CLIPVisionModelWithProjection", "CLIPModel"}) \
+            if architectures else "visual_projection.weight" in tensors
+        head_key = "visual_projection.weight"
+        # last_hidden_state is the encoder's output; post_layernorm normalizes the pooled class token alone
+        args.update(pre_norm=True, patch_bias=False, fc_norm=True, layer_norm_epsilon=float(
+            config.get("layer_norm_eps", 1e-5)))
+        if head:
+            args["classes"] = int(config.get("projection_dim") or 512)
+    elif model_type == "beit":
+        if config.get("use_shared_relative_position_bias"):
+            raise ValueError(f"{where}: use_shared_relative_position_bias=True: keras-vit lacks the "
+                             f"{_MISSING_FEATURES['beit-shared']}.")
+        head = "BeitForImageClassification" in architectures if architectures else head_key in tensors
+        mean_pooling = bool(config.get("use_mean_pooling", True))
+        init = config.get("layer_scale_init_value", 0.1)
+        # use_mean_pooling: no final norm on the tokens; pooler.layernorm on the mean patch token
+        args.update(layer_scale=float(init) if init and init > 0 else None, fc_norm=mean_pooling,
+                    pooling="gap" if mean_pooling else None,
+                    relative_position_bias=bool(config.get("use_relative_position_bias", False)),
+                    absolute_position_embeddings=bool(config.get("use_absolute_position_embeddings", False)))
+    else:  # siglip
+        head = False
+        args.update(classifier="gap", pooling="map" if config.get("vision_use_head", True) else "gap",
+                    layer_norm_epsilon=float(config.get("layer_norm_eps", 1e-6)))
+    id2label = config.get("id2label") or {}
+    if model_type in ("vit", "deit", "beit"):
+        classes = len(id2label) if id2label else int(config.get("num_labels", 2))
+        if head and head_key in tensors:  # the weights are the truth for the head's width
+            classes = int(tensors[head_key].shape[0])
+        args["classes"] = classes if head else None
+        if head:
+            args["class_names"] = _class_names(id2label, classes)
+    elif head and head_key in tensors:
+        args["classes"] = int(tensors[head_key].shape[0])
+    args["include_top"] = head
+    if not head:
+        args["classes"] = None
     return args, bool(config.get("qkv_bias", True))
 
 
@@ -350,37 +571,100 @@ def _official_args(path):
 
 # -- the name tables -------------------------------------------------------------------------
 
-def _source_key(path, fmt):
-    """(source key, qkv part or None) of a keras-vit variable path; None when there is none."""
+# transformers' names of a block's sublayers, per key scheme (see _transformers_naming)
+_TRANSFORMERS_BLOCK = {
+    "vit": {"query": "attention.attention.query", "key": "attention.attention.key",
+            "value": "attention.attention.value", "out": "attention.output.dense", "norm1": "layernorm_before",
+            "norm2": "layernorm_after", "mlp_dense1": "intermediate.dense", "mlp_dense2": "output.dense"},
+    "dinov2": {"query": "attention.attention.query", "key": "attention.attention.key",
+               "value": "attention.attention.value", "out": "attention.output.dense", "norm1": "norm1",
+               "norm2": "norm2", "mlp_dense1": "mlp.fc1", "mlp_dense2": "mlp.fc2",
+               "layer_scale1": "layer_scale1.lambda1", "layer_scale2": "layer_scale2.lambda1"},
+    "beit": {"query": "attention.attention.query", "key": "attention.attention.key",
+             "value": "attention.attention.value", "out": "attention.output.dense", "norm1": "layernorm_before",
+             "norm2": "layernorm_after", "mlp_dense1": "intermediate.dense", "mlp_dense2": "output.dense",
+             "layer_scale1": "lambda_1", "layer_scale2": "lambda_2",
+             "relative_position_bias_table": "attention.attention.relative_position_bias.relative_position_bias_table"},
+    "clip": {"query": "self_attn.q_proj", "key": "self_attn.k_proj", "value": "self_attn.v_proj",
+             "out": "self_attn.out_proj", "norm1": "layer_norm1", "norm2": "layer_norm2", "mlp_dense1": "mlp.fc1",
+             "mlp_dense2": "mlp.fc2"},
+}
+_TIMM_BLOCK = {"out": "attn.proj", "norm1": "norm1", "norm2": "norm2", "mlp_dense1": "mlp.fc1",
+               "mlp_dense2": "mlp.fc2", "layer_scale1": "ls1.gamma", "layer_scale2": "ls2.gamma"}
+# the attention-pool (MAP) head: timm's attn_pool (q; kv packed k then v) and transformers' SigLIP head
+# (nn.MultiheadAttention's in_proj packed q, k, v)
+_TIMM_MAP = {"probe": ("attn_pool.latent", None), "query": ("attn_pool.q", None), "key": ("attn_pool.kv", (0, 2)),
+             "value": ("attn_pool.kv", (1, 2)), "out": ("attn_pool.proj", None), "norm": ("attn_pool.norm", None),
+             "mlp_dense1": ("attn_pool.mlp.fc1", None), "mlp_dense2": ("attn_pool.mlp.fc2", None)}
+_SIGLIP_MAP = {"probe": ("head.probe", None), "query": ("head.attention.in_proj", (0, 3)),
+               "key": ("head.attention.in_proj", (1, 3)), "value": ("head.attention.in_proj", (2, 3)),
+               "out": ("head.attention.out_proj", None), "norm": ("head.layernorm", None),
+               "mlp_dense1": ("head.mlp.fc1", None), "mlp_dense2": ("head.mlp.fc2", None)}
+
+
+def _source_key(path, fmt, naming="vit", distillation=False):
+    """(source key, packed part (index, count) or None) of a keras-vit variable path; None when there is none.
+
+    `naming` picks transformers' key scheme ("vit" for ViT and DeiT, "dinov2", "clip" for CLIP and SigLIP);
+    `distillation` DeiT's head names (cls_classifier, distillation_classifier)."""
     parts = path.split("/")
     leaf = {"gamma": "weight", "beta": "bias", "kernel": "weight", "bias": "bias"}.get(parts[-1])
     head = parts[0]
     timm = fmt == "timm"
+    clip = not timm and naming == "clip"
     if head == "patch_encoder":
         if parts[1] == "cls":
-            return ("cls_token" if timm else "embeddings.cls_token"), None
+            return ("cls_token" if timm else "embeddings.class_embedding" if clip else "embeddings.cls_token"), None
         if parts[1] == "pos_embedding":
-            return ("pos_embed" if timm else "embeddings.position_embeddings"), None
-        if parts[1] == "dist_token":  # DeiT's distillation token (timm's name; transformers' is issue 37's)
-            return ("dist_token" if timm else None), None
-        return ("patch_embed.proj." if timm else "embeddings.patch_embeddings.projection.") + leaf, None
+            return ("pos_embed" if timm else "embeddings.position_embedding.weight" if clip
+                    else "embeddings.position_embeddings"), None
+        if parts[1] == "dist_token":  # DeiT's distillation token
+            return ("dist_token" if timm else "embeddings.distillation_token"), None
+        if parts[1] == "reg_token":
+            return ("reg_token" if timm else "embeddings.register_tokens"), None
+        return ("patch_embed.proj." if timm else "embeddings.patch_embedding." if clip
+                else "embeddings.patch_embeddings.projection.") + leaf, None
     m = re.fullmatch(r"encoderblock_(\d+)", head)
     if m:
         i, sub = m[1], parts[1]
+        if timm and naming == "beit":  # timm's Beit: qkv without bias, q_bias and v_bias apart, gamma_1/2
+            if sub in ("query", "key", "value") and leaf == "bias":
+                return f"blocks.{i}.attn.{sub[0]}_bias", None
+            beit = {"layer_scale1": "gamma_1", "layer_scale2": "gamma_2",
+                    "relative_position_bias_table": "attn.relative_position_bias_table"}
+            if sub in beit:
+                return f"blocks.{i}.{beit[sub]}", None
         if timm:
             if sub in ("query", "key", "value"):
-                return f"blocks.{i}.attn.qkv.{leaf}", ("query", "key", "value").index(sub)
-            name = {"out": "attn.proj", "norm1": "norm1", "norm2": "norm2", "mlp_dense1": "mlp.fc1",
-                    "mlp_dense2": "mlp.fc2"}[sub]
-            return f"blocks.{i}.{name}.{leaf}", None
-        name = {"query": "attention.attention.query", "key": "attention.attention.key",
-                "value": "attention.attention.value", "out": "attention.output.dense",
-                "norm1": "layernorm_before", "norm2": "layernorm_after", "mlp_dense1": "intermediate.dense",
-                "mlp_dense2": "output.dense"}[sub]
-        return f"encoder.layer.{i}.{name}.{leaf}", None
-    names = {"encoder_norm": "norm" if timm else "layernorm", "fc_norm": "fc_norm" if timm else None,
-             "head": "head" if timm else "classifier", "pre_logits": None if timm else "pooler.dense",
-             "head_dist": "head_dist" if timm else None}
+                return f"blocks.{i}.attn.qkv.{leaf}", (("query", "key", "value").index(sub), 3)
+            name = _TIMM_BLOCK[sub]
+            return (f"blocks.{i}.{name}" if sub.startswith("layer_scale") else f"blocks.{i}.{name}.{leaf}"), None
+        names = _TRANSFORMERS_BLOCK[naming.replace("_swiglu", "")]
+        if sub not in names:
+            return None, None
+        if sub.startswith(("layer_scale", "relative_position")):
+            return f"encoder.layer.{i}.{names[sub]}", None
+        if naming == "dinov2_swiglu" and sub.startswith("mlp_dense"):
+            name = "mlp.weights_in" if sub == "mlp_dense1" else "mlp.weights_out"
+            return f"encoder.layer.{i}.{name}.{leaf}", None
+        return (f"encoder.layers.{i}." if clip else f"encoder.layer.{i}.") + f"{names[sub]}.{leaf}", None
+    if head == "attention_pool":
+        key, part = (_TIMM_MAP if timm else _SIGLIP_MAP)[parts[1]]
+        if parts[1] == "probe":
+            return key, None
+        if not timm and part is not None:  # in_proj_weight, in_proj_bias
+            return f"{key}_{leaf}", part
+        return f"{key}.{leaf}", part
+    if timm:
+        names = {"encoder_norm": "norm", "fc_norm": "fc_norm", "head": "head", "head_dist": "head_dist",
+                 "pre_norm": "norm_pre"}
+    elif clip:
+        names = {"encoder_norm": "post_layernorm", "fc_norm": "post_layernorm", "head": "visual_projection",
+                 "pre_norm": "pre_layrnorm"}
+    else:
+        names = {"encoder_norm": "layernorm", "head": "cls_classifier" if distillation else "classifier",
+                 "head_dist": "distillation_classifier", "pre_logits": "pooler.dense",
+                 "fc_norm": "pooler.layernorm" if naming == "beit" else None}
     if names.get(head):
         return f"{names[head]}.{leaf}", None
     return None, None
@@ -393,14 +677,14 @@ def _source_shape(variable, part):
         return (shape[3], shape[2], shape[0], shape[1])
     if len(shape) == 2 and variable.path.endswith("/kernel"):  # Dense (in, out) <- Linear (out, in)
         shape = shape[::-1]
-    if part is not None:  # timm's fused qkv: three Linear layers stacked
-        shape = (3 * shape[0],) + shape[1:]
+    if part is not None:  # packed projections (timm's qkv, kv; in_proj): Linear layers stacked
+        shape = (part[1] * shape[0],) + shape[1:]
     return shape
 
 
 def _to_keras(value, variable, part):
     if part is not None:
-        value = np.split(value, 3, axis=0)[part]
+        value = np.split(value, part[1], axis=0)[part[0]]
     if variable.path.endswith("embedding/kernel"):
         return np.transpose(value, (2, 3, 1, 0))
     if value.ndim == 2 and variable.path.endswith("/kernel"):
@@ -434,12 +718,21 @@ def load_state_dict(model, tensors, fmt, *, source="the checkpoint", qkv_bias=Tr
     """
     if fmt not in ("timm", "transformers"):
         raise ValueError(f"Unknown state-dict format {fmt!r}; use 'timm' or 'transformers'.")
+    naming = None
     if fmt == "transformers":
+        skipped = sorted(k for k in tensors if k.startswith(_TRANSFORMERS_SKIPPED))
         tensors = _strip_prefix(tensors)
+        naming = _transformers_naming(tensors)
+    elif getattr(model, "relative_position_bias", False):
+        naming = "beit"
     report = {"loaded": [], "kept": [], "dropped": [], "resampled": [], "zeroed": []}
+    if fmt == "transformers":
+        report["dropped"].extend(skipped)
     plan, missing, mismatched, expected = [], [], [], set()
     for variable in model.weights:
-        key, part = _source_key(variable.path, fmt)
+        key, part = _source_key(variable.path, fmt, naming or "vit", getattr(model, "distillation", False))
+        # BEiT's attention has no key bias (timm: a zero buffer; transformers: key without bias)
+        no_key_bias = naming == "beit" and variable.path.endswith("/key/bias")
         if key is None:
             missing.append(f"{variable.path} (no {fmt} equivalent)")
             continue
@@ -447,9 +740,14 @@ def load_state_dict(model, tensors, fmt, *, source="the checkpoint", qkv_bias=Tr
         want = _source_shape(variable, part)
         is_head = variable.path.startswith(("head/", "head_dist/"))
         if key not in tensors:
-            if is_head:
+            if is_head and key.endswith(".bias") and key[:-len("bias")] + "weight" in tensors and \
+                    tuple(tensors[key[:-len("bias")] + "weight"].shape) == _source_shape(
+                        next(v for v in model.weights if v.path == variable.path[:-len("bias")] + "kernel"), None):
+                plan.append((variable, None, None, "zero"))  # a head without bias (CLIP's visual_projection)
+                report["zeroed"].append(variable.path)
+            elif is_head:
                 report["kept"].append(f"{key} (not in the checkpoint)")
-            elif not qkv_bias and variable.path.split("/")[1] in ("query", "key", "value") and \
+            elif no_key_bias or not qkv_bias and variable.path.split("/")[1] in ("query", "key", "value") and \
                     variable.path.endswith("/bias"):
                 plan.append((variable, None, None, "zero"))
                 report["zeroed"].append(variable.path)
@@ -472,11 +770,14 @@ def load_state_dict(model, tensors, fmt, *, source="the checkpoint", qkv_bias=Tr
         else:
             mismatched.append(f"{key}: expected {want}, found {found}")
     unexpected = []
-    head_keys = ("head.", "classifier.")
+    head_keys = ("head.", "classifier.", "head_dist.", "cls_classifier.", "distillation_classifier.",
+                 "visual_projection.")
     for key in sorted(set(tensors) - expected):
         if key.startswith(head_keys) and not model.include_top:
             report["dropped"].append(key)
         elif key.startswith("pooler.") and model.representation_size is None:
+            report["dropped"].append(key)
+        elif key.endswith(_DERIVED_BUFFERS):  # recomputed by keras-vit (older files saved them)
             report["dropped"].append(key)
         else:
             unexpected.append(f"{key} {tuple(tensors[key].shape)}")
@@ -490,13 +791,13 @@ def load_state_dict(model, tensors, fmt, *, source="the checkpoint", qkv_bias=Tr
         value = _to_keras(np.asarray(tensors[key]), variable, part)
         if how is not None:
             value = resample_position_embeddings(value, model.patch_encoder.grid_size, old_grid=how,
-                                                 num_prefix_tokens=model.num_prefix_tokens, method=resample)
+                                                 num_prefix_tokens=model.num_posemb_prefix_tokens, method=resample)
         variable.assign(value.astype(variable.dtype))
         if key not in report["loaded"]:
             report["loaded"].append(key)
     pieces = [p for p in (describe_changes(report),) if p]
     if report["zeroed"]:
-        pieces.append(f"query/key/value biases set to zero (the source has none): {len(report['zeroed'])}")
+        pieces.append(f"biases the source has none of set to zero: {len(report['zeroed'])}")
     log.info("loaded %d arrays from %s (%s)%s.", len(report["loaded"]), source, fmt,
              "; " + "; ".join(pieces) if pieces else ", every variable of the model")
     return report
@@ -541,12 +842,13 @@ def load_pretrained(model: keras.Model, path: str | os.PathLike, *, resample: st
     fmt, args, tensors, qkv_bias, files = _read_checkpoint(path)
     if fmt == "official":
         return load_official_npz(model, files[0], resample=resample or "official")
-    for name in ("layer_norm_epsilon", "approximate_gelu", "fc_norm", "pixel_mean", "pixel_std"):
+    for name in ("layer_norm_epsilon", "approximate_gelu", "fc_norm", "pixel_mean", "pixel_std", "mlp_activation"):
         if getattr(model, name, None) != args.get(name, False if name == "fc_norm" else None):
             log.warning("%s: the %s checkpoint has %s=%s, the model %r has %s", path, fmt, name, args.get(name),
                         model.name, getattr(model, name, None))
     source = files[0] if len(files) == 1 else os.path.dirname(files[0])
-    return load_state_dict(model, tensors, fmt, source=source, qkv_bias=qkv_bias, resample=resample or "bicubic")
+    return load_state_dict(model, tensors, fmt, source=source, qkv_bias=qkv_bias,
+                           resample=resample or args["posemb_resample"])
 
 
 def from_pretrained(path: str | os.PathLike, *, resample: str | None = None, variant: str | None = None,
@@ -563,9 +865,26 @@ def from_pretrained(path: str | os.PathLike, *, resample: str | None = None, var
     its class names (id2label, label_names) and records its input mean and std
     (`preprocess_input(x, model=model)` and exports use them).
 
+    `path` may also be a Hugging Face hub name ("facebook/dinov2-small",
+    "timm/vit_small_patch14_reg4_dinov2.lvd142m", or with timm's "hf-hub:" prefix), fetched through
+    `huggingface_hub` (pip install 'keras-vit[hub]'): its cache, HF_HUB_CACHE and HF_HUB_OFFLINE apply.
+
+    Families: plain ViTs, DeiT (distilled too: timm `deit_*_distilled_*`, transformers `DeiTModel`,
+    `DeiTForImageClassificationWithTeacher`), DINOv2 with and without registers (timm `vit_*_dinov2`,
+    `vit_*_reg4_dinov2`; transformers `Dinov2Model`, `Dinov2WithRegistersModel`), CLIP's image tower
+    (timm `vit_*_clip_*`; transformers `CLIPVisionModel[WithProjection]` and a full `CLIPModel`'s vision
+    tower, whose logits are the image embedding) and SigLIP's (timm `vit_*_siglip_*`; transformers
+    `SiglipVisionModel`, a full `SiglipModel`'s vision tower).
+
+    At another size the model resamples its position embeddings as its library does, by default:
+    timm's antialiased bicubic ("torch_bicubic_antialias"), transformers' plain bicubic
+    ("torch_bicubic"; Dinov2WithRegisters antialiases), the official corner-aligned bilinear for .npz.
+    transformers' DINOv2 models take any size (`dynamic_image_size=True`), as there; timm's do when
+    saved with dynamic_img_size.
+
     Keyword arguments override `VisionTransformer` arguments: `image_size` resamples the
-    position embeddings (`resample`: "bicubic" for hub checkpoints, "official" for .npz
-    by default), `classes` other than the checkpoint's gives a new zero head,
+    position embeddings once (`resample`, by default the source's method), `posemb_resample` the
+    method of a dynamic model, `classes` other than the checkpoint's gives a new zero head,
     `include_top=False` drops the head.
 
     Example:
@@ -583,6 +902,10 @@ def from_pretrained(path: str | os.PathLike, *, resample: str | None = None, var
         if fmt != "official":
             raise ValueError(f"{path} is a {fmt} checkpoint: its config gives the sizes; variant is for .npz files.")
         args.update(VARIANTS[canonical_variant(variant)])
+    if args.get("relative_position_bias") and "image_size" in overrides and \
+            _pair(overrides["image_size"], "image_size") != _pair(args["image_size"], "image_size"):
+        raise ValueError(f"{path}: image_size={overrides['image_size']!r}, not the checkpoint's "
+                         f"{args['image_size']!r}: keras-vit lacks the {_MISSING_FEATURES['beit-resized']}.")
     if args.get("image_size") is None and "image_size" not in overrides:
         raise ValueError(f"{path}: the position embeddings are not on a square grid; pass image_size=(H, W).")
     if "classes" in overrides and overrides["classes"] != args.get("classes"):
@@ -600,7 +923,8 @@ def from_pretrained(path: str | os.PathLike, *, resample: str | None = None, var
         load_official_npz(model, files[0], resample=resample or "official")
     else:
         source = files[0] if len(files) == 1 else os.path.dirname(files[0])
-        load_state_dict(model, tensors, fmt, source=source, qkv_bias=qkv_bias, resample=resample or "bicubic")
+        load_state_dict(model, tensors, fmt, source=source, qkv_bias=qkv_bias,
+                        resample=resample or model.posemb_resample)
     return model
 
 
@@ -668,6 +992,17 @@ def _check_savable(model, fmt):
         problems.append("a hybrid ResNet stem")
     if model.pooling == "unpooled":
         problems.append("pooling='unpooled'")
+    # the issue-37 families are read, not written yet: their configs need the per-family writers
+    for name, plain in (("layer_scale", None), ("register_tokens", 0), ("prefix_posemb", "all"), ("pre_norm", False),
+                        ("patch_bias", True), ("mlp_activation", None)):
+        if getattr(model, name, plain) != plain:
+            problems.append(f"{name}={getattr(model, name)!r} (writing it is not implemented yet)")
+    if model.pooling == "map":
+        problems.append("pooling='map' (writing it is not implemented yet)")
+    if model.relative_position_bias or not model.absolute_position_embeddings:
+        problems.append("BEiT's relative position bias (writing it is not implemented yet)")
+    if fmt == "transformers" and model.distillation:
+        problems.append("a distillation token (writing DeiT's transformers format is not implemented yet)")
     if fmt == "timm":
         if model.representation_size is not None:
             problems.append(f"a pre-logits layer (representation_size={model.representation_size})")
@@ -696,7 +1031,7 @@ def state_dict(model, fmt="timm"):
         key, part = _source_key(variable.path, fmt)
         value = _to_source(variable)
         if part is not None:
-            qkv.setdefault(key, [None] * 3)[part] = value
+            qkv.setdefault(key, [None] * part[1])[part[0]] = value
             continue
         top = key.startswith(("classifier.", "head."))
         tensors[key if top else prefix + key] = value

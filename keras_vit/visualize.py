@@ -407,7 +407,7 @@ def position_embedding_similarity(model: keras.Model) -> np.ndarray:
     encoder = model.patch_encoder
     gh, gw = encoder.grid_size
     embeddings = keras.ops.convert_to_numpy(encoder.position_embedding).astype(np.float64)[0]
-    embeddings = embeddings[model.num_prefix_tokens:]
+    embeddings = embeddings[model.num_posemb_prefix_tokens:]
     norms = np.linalg.norm(embeddings, axis=-1, keepdims=True)
     unit = embeddings / np.maximum(norms, 1e-12)
     return (unit @ unit.T).reshape(gh, gw, gh, gw)
