@@ -325,7 +325,7 @@ class PatchEncoder(keras.layers.Layer):
         x = ops.reshape(x, (ops.shape(x)[0], -1, self.hidden_size))
         return self.add_tokens(x, grid)
 
-    def add_tokens(self, x, grid):
+    def add_tokens(self, x: Tensor, grid: Sequence[int | Tensor]) -> Tensor:
         """Projected patches (B, gh * gw, D) -> tokens (B, prefix + gh * gw, D): the prefix tokens
         (class, distillation, registers) joined, each token with its position embedding if it has one."""
         if not self.position_embeddings:
@@ -770,7 +770,8 @@ class AttentionPool(keras.layers.Layer):
     (2, 32)
     """
 
-    def __init__(self, num_heads, mlp_dim, layer_norm_epsilon=1e-6, mlp_activation="gelu", **kwargs):
+    def __init__(self, num_heads: int, mlp_dim: int, layer_norm_epsilon: float = 1e-6, mlp_activation: str = "gelu",
+                 **kwargs: Any) -> None:
         check_layer_keywords(AttentionPool, kwargs)
         super().__init__(**kwargs)
         self.num_heads = int(num_heads)
@@ -783,9 +784,14 @@ class AttentionPool(keras.layers.Layer):
         self.norm = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name="norm", dtype=policy)
         self.mlp_dense1 = keras.layers.Dense(self.mlp_dim, name="mlp_dense1",
                                              kernel_initializer="glorot_uniform", dtype=policy)
-        self.query = self.key = self.value = self.out = self.mlp_dense2 = None  # widths known in build
+        # widths known in build
+        self.query: Any = None
+        self.key: Any = None
+        self.value: Any = None
+        self.out: Any = None
+        self.mlp_dense2: Any = None
 
-    def build(self, input_shape):
+    def build(self, input_shape: Shape) -> None:
         hidden = int(input_shape[-1])
         if hidden % self.num_heads:
             raise ValueError(f"hidden_size {hidden} is not divisible by num_heads {self.num_heads}.")
@@ -801,10 +807,10 @@ class AttentionPool(keras.layers.Layer):
             layer.build(token)
         self.mlp_dense2.build((None, 1, self.mlp_dim))
 
-    def compute_output_shape(self, input_shape):
+    def compute_output_shape(self, input_shape: Shape) -> tuple[int | None, ...]:
         return (input_shape[0], input_shape[-1])
 
-    def call(self, x):
+    def call(self, x: Tensor) -> Tensor:
         b, t = ops.shape(x)[0], ops.shape(x)[1]
         d, h = self.hidden_size, self.num_heads
         hd = d // h
@@ -818,6 +824,6 @@ class AttentionPool(keras.layers.Layer):
         y = y + self.mlp_dense2(mlp_activation(self.mlp_dense1(self.norm(y)), self.mlp_activation))
         return y[:, 0]
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "num_heads": self.num_heads, "mlp_dim": self.mlp_dim,
                 "layer_norm_epsilon": self.layer_norm_epsilon, "mlp_activation": self.mlp_activation}
