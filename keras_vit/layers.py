@@ -766,7 +766,7 @@ class AttentionPool(keras.layers.Layer):
     "mlp_dense1" / "mlp_dense2" around the model's MLP activation; the softmax in float32.
 
     Example:
-    >>> AttentionPool(num_heads=4, mlp_dim=64)(keras.ops.zeros((2, 16, 32))).shape
+    >>> tuple(AttentionPool(num_heads=4, mlp_dim=64)(keras.ops.zeros((2, 16, 32))).shape)
     (2, 32)
     """
 

@@ -456,7 +456,7 @@ class VisionTransformer(keras.Model):
         >>> model = keras_vit.ViTTi16(input_shape=(32, 32, 3), classes=10)
         >>> out = model.forward_intermediates(np.zeros((1, 32, 32, 3), "float32"), return_attention=True)
         >>> sorted(out), len(out["attention"]), tuple(out["attention"][0].shape)
-        (['attention', 'blocks', 'embedded', 'features', 'logits', 'pre_logits'], 12, (1, 3, 5, 5))
+        (['attention', 'blocks', 'embedded', 'features', 'logits', 'patch_features', 'pre_logits'], 12, (1, 3, 5, 5))
         """
         out = {"embedded": self.stage_model("images", "embedded")(images, training=training)}
         x, out["blocks"], attention = out["embedded"], [], []

@@ -837,7 +837,7 @@ def load_pretrained(model: keras.Model, path: str | os.PathLike, *, resample: st
     ...                                     mlp_dim=64, classes=7, approximate_gelu=False)
     >>> report = load_pretrained(model, "tests/data/timm/timm_vit_token")  # a timm folder
     >>> len(report["loaded"]), report["resampled"], report["dropped"]
-    (32, ['position embeddings 4x4 -> 6x6 (bicubic)'], [])
+    (32, ['position embeddings 4x4 -> 6x6 (torch_bicubic_antialias)'], [])
     """
     fmt, args, tensors, qkv_bias, files = _read_checkpoint(path)
     if fmt == "official":
