@@ -590,15 +590,17 @@ def test_the_format_comes_from_the_name_or_format_and_other_names_are_refused(di
 @pytest.mark.backends
 def test_load_classifier_runs_a_keras_file_under_every_backend(tmp_path):
     """Under JAX or torch the .keras model runs eagerly (a TensorFlow graph cannot call it), with the same
-    resize and scaling as the serving graph."""
+    view (keras_vit.images.model_view) and scaling as the serving graph."""
     names = [f"c{i}" for i in range(7)]
     model = randomize(tiny_vit(class_names=names))
     model.save(tmp_path / "tiny.keras")
     images = np.random.default_rng(1).integers(0, 256, (3, 45, 37, 3), dtype=np.uint8)
     classifier = load_classifier(tmp_path / "tiny.keras")
     outputs = classifier(images)
-    resized = tf.image.resize(tf.cast(images, tf.float32), (32, 32), method="bilinear").numpy()
-    expected = keras.ops.convert_to_numpy(model(keras_vit.preprocess_input(resized)))
+    from keras_vit.images import model_view
+
+    viewed = model_view(images, (32, 32)).numpy()  # the one view: antialiased when shrinking
+    expected = keras.ops.convert_to_numpy(model(keras_vit.preprocess_input(viewed)))
     np.testing.assert_allclose(outputs["logits"], expected, atol=1e-4)
     np.testing.assert_allclose(outputs["probabilities"].sum(-1), 1.0, atol=1e-5)
     (top,) = classifier.classify(images[:1], top=1)
