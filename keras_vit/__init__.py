@@ -34,6 +34,7 @@ logging.getLogger("keras_vit").addHandler(logging.NullHandler())
 _EXPORTS = {
     "keras_vit.layers": ("Attention", "AttentionPool", "DropPath", "Patches", "PatchEncoder", "TransformerBlock"),
     "keras_vit.stem": ("BottleneckUnit", "StdConv2D"),
+    "keras_vit.config": ("ViTConfig",),
     "keras_vit.models": ("VARIANTS", "R26ViTB32", "R26ViTS32", "R50ViTB16", "R50ViTL32", "RViTTi16", "ViTB8",
                          "ViTB16", "ViTB32", "ViTH14", "ViTL16", "ViTL32", "ViTS16", "ViTS32", "ViTTi16",
                          "VisionTransformer", "create_model"),
@@ -56,8 +57,8 @@ __all__ = sorted(_MODULE_OF) + ["__version__"]
 
 
 # Submodules reachable as attributes, as when __init__ imported them all (keras_vit.data.load_digits).
-_SUBMODULES = ("applications", "checkpoints", "data", "export", "fewshot", "images", "interpolation", "layers", "models",
-               "posemb", "presets", "pretrained", "report", "serving", "stem", "training", "visualize")
+_SUBMODULES = ("applications", "checkpoints", "config", "data", "export", "fewshot", "images", "interpolation", "layers",
+               "models", "posemb", "presets", "pretrained", "report", "serving", "stem", "training", "visualize")
 
 
 def __getattr__(name):

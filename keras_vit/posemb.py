@@ -226,10 +226,9 @@ def with_patch_size(model: keras.Model, patch_size: int | Sequence[int], *, meth
     new_patch = to_pair(patch_size, "patch_size")
     config = model.get_config()
     config["variant"] = None  # the paper's variants fix the patch size
-    gh, gw = model.patch_encoder.grid_size
-    stride = (model.image_size[0] // (gh * model.patch_size[0]), model.image_size[1] // (gw * model.patch_size[1]))
+    (gh, gw), stride = model.config.grid, model.config.stem_stride
     config["patch_size"] = new_patch
-    config["image_size"] = (gh * new_patch[0] * stride[0], gw * new_patch[1] * stride[1])
+    config["image_size"] = (gh * new_patch[0] * stride, gw * new_patch[1] * stride)
     new = type(model).from_config(config)
     kernel = model.patch_encoder.projection.kernel
     source = {v.path: v for v in model.weights}

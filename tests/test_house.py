@@ -104,7 +104,7 @@ FLOORS = {
     "keras_vit._common": 0, "keras_vit._files": 0, "keras_vit._optional": 0, "keras_vit.presets": 0,
     "keras_vit.interpolation": 0, "keras_vit._recipes": 0, "keras_vit._losses": 0,
     "keras_vit.augment": 0, "keras_vit.images": 0,
-    "keras_vit.layers": 1, "keras_vit.stem": 1,
+    "keras_vit.layers": 1, "keras_vit.stem": 1, "keras_vit.config": 1,
     "keras_vit.models": 2,
     "keras_vit.posemb": 3, "keras_vit.checkpoints": 3, "keras_vit.pretrained": 3, "keras_vit.distill": 3,
     "keras_vit.masked": 3,
@@ -123,6 +123,48 @@ def test_imports_point_one_way_up_the_floors():
                 for module, targets in graph.items() if module in FLOORS
                 for target, line in targets.items() if FLOORS[target] > FLOORS[module]]
     assert not downward, "imports against the house's direction:\n" + "\n".join(downward)
+
+
+def grid_computations(path):
+    """["function (line N)"] where a file computes a patch grid from an image size: `image_size // ...` (not
+    `image_size // grid`, the effective patch) or `grid_size(image_size, ...)`."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = []
+
+    def visit(node, where):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            where = f"{where}.{node.name}" if where else node.name
+        left = right = None
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.FloorDiv):
+            left, right = ast.unparse(node.left), ast.unparse(node.right)
+        elif isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] == "grid_size" and node.args:
+            left, right = ast.unparse(node.args[0]), ""
+        if left is not None and "image_size" in left and "grid" not in right:
+            found.append(f"{where or '<module>'} (line {node.lineno})")
+        for child in ast.iter_child_nodes(node):
+            visit(child, where)
+
+    visit(tree, "")
+    return found
+
+
+def test_the_grid_finder_finds_a_grid_computed(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text("def encoder(a, effective):\n"
+                    "    grid = (a['image_size'][0] // effective[0], a['image_size'][1] // effective[1])\n"
+                    "class M:\n    def check(self):\n        grid_size(self.image_size, self.patch_size)\n"
+                    "def stride(model, grid):\n    return model.image_size[0] // grid[0]\n")
+    assert grid_computations(path) == ["encoder (line 2)", "encoder (line 2)", "M.check (line 5)"]
+
+
+def test_the_patch_grid_is_computed_in_one_place():
+    """ViTConfig.grid is the model's patch grid; everything else (the patch encoder's position table,
+    BEiT's relative position bias, the checkpoint loaders) is handed it, so a model's image size walks
+    from its config down to the layers, never back up (issue 36)."""
+    found = [f"{path.relative_to(ROOT)}: {where}" for path in sorted(PACKAGE.rglob("*.py"))
+             for where in grid_computations(path)]
+    elsewhere = [where for where in found if not where.startswith("keras_vit/config.py: ViTConfig.grid ")]
+    assert found and not elsewhere, "the patch grid computed outside ViTConfig.grid:\n" + "\n".join(elsewhere)
 
 
 def test_no_module_imports_another_modules_private_names():
