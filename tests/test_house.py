@@ -15,8 +15,14 @@ PACKAGE = ROOT / "keras_vit"
 
 
 def _modules():
-    return {f"keras_vit.{p.stem}" if p.stem != "__init__" else "keras_vit": p
-            for p in sorted(PACKAGE.glob("*.py"))}
+    """{module name: path} of every module of the package, subpackages (keras_vit/formats/) included."""
+    modules = {}
+    for p in sorted(PACKAGE.rglob("*.py")):
+        parts = p.relative_to(PACKAGE).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        modules[".".join(("keras_vit",) + parts)] = p
+    return modules
 
 
 def _imports(module, path):
@@ -108,6 +114,8 @@ FLOORS = {
     "keras_vit.models": 2,
     "keras_vit.posemb": 3, "keras_vit.checkpoints": 3, "keras_vit.pretrained": 3, "keras_vit.distill": 3,
     "keras_vit.masked": 3,
+    "keras_vit.formats": 3, "keras_vit.formats._assign": 3, "keras_vit.formats._torch": 3,
+    "keras_vit.formats.official": 3, "keras_vit.formats.timm": 3, "keras_vit.formats.transformers": 3,
     "keras_vit.applications": 4, "keras_vit.data": 4,
     "keras_vit.serving": 5, "keras_vit.onnx": 5, "keras_vit.export": 5, "keras_vit.training": 5,
     "keras_vit.visualize": 5, "keras_vit.fewshot": 5, "keras_vit.tflite_metadata": 5, "keras_vit.report": 5,

@@ -1,0 +1,208 @@
+"""What the PyTorch-side formats (timm, transformers) share: safetensors and config.json reading,
+PyTorch's array layouts (Linear (out, in), Conv2d (out, in, h, w), packed projections), the key table
+base both name tables extend, the state-dict writer, and the refusal of pickles (unpickling runs
+arbitrary code)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any
+
+import numpy as np
+
+from keras_vit.formats._assign import KeyTable
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+HALF = (0.5, 0.5, 0.5)
+PICKLE_SUFFIXES = (".bin", ".pth", ".pt", ".ckpt", ".pkl", ".pickle")
+
+# Families keras-vit does not build yet, and the features they need that it lacks.
+MISSING_FEATURES = {
+    "beit-shared": "shared relative position bias (one table for every block)",
+    "beit-resized": "relative position bias at another size (its table resampled)",
+    "data2vec-vision": "relative position bias shared across blocks (read as BEiT's is not checked)",
+    "eva": "rotary position embeddings (RoPE) and SwiGLU with its own norm",
+    "eva02": "rotary position embeddings (RoPE) and SwiGLU with its own norm",
+    "deit3": "no_embed_class LayerScale variant (not read yet)",
+}
+# Buffers some older files hold that are derived, not learned: an arange of positions (transformers 4.x
+# CLIP/SigLIP), BEiT's relative position index (rebuilt from the grid) and timm BEiT's zero key bias.
+DERIVED_BUFFERS = ("embeddings.position_ids", "relative_position_index", "attn.k_bias")
+# Heads a headless model drops (timm's, transformers' ViT, DeiT's two, CLIP's projection).
+HEAD_KEYS = ("head.", "classifier.", "head_dist.", "cls_classifier.", "distillation_classifier.",
+             "visual_projection.")
+LEAVES = {"gamma": "weight", "beta": "bias", "kernel": "weight", "bias": "bias"}
+
+
+def refuse_pickle(path):
+    """Raises the ValueError for a PyTorch pickle: never read (unpickling can run arbitrary code)."""
+    raise ValueError(
+        f"{path} is a PyTorch pickle; keras-vit never unpickles (loading a pickle can run arbitrary code). "
+        "Convert it to safetensors where you trust it: timm's or transformers' "
+        "model.save_pretrained(folder, safe_serialization=True) (timm: timm.models.push_to_hf_hub / "
+        "save_for_hf), or safetensors.torch.save_file(torch.load(path), 'model.safetensors'), then load "
+        "the folder with config.json and model.safetensors (keras_vit.from_pretrained).")
+
+
+def require_safetensors():
+    try:
+        import safetensors.numpy as st
+    except ImportError:
+        raise ImportError("reading and writing safetensors checkpoints needs the safetensors package: "
+                          "pip install 'keras-vit[hub]' (or pip install safetensors).") from None
+    return st
+
+
+def read_json(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path} is not a readable JSON file: {e}.") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path} holds {type(config).__name__}, not a config object.")
+    return config
+
+
+def read_tensors(files):
+    """{name: array} of safetensors files, each opened once."""
+    st = require_safetensors()
+    tensors = {}
+    for file in files:
+        if not os.path.isfile(file):
+            raise FileNotFoundError(f"No checkpoint file at {file}.")
+        try:
+            part = st.load_file(file)
+        except Exception as e:  # a truncated header, a dtype numpy has no type for (bfloat16)
+            hint = " (NumPy has no bfloat16: save the weights in float32 or float16)" if "bfloat16" in str(e).lower() \
+                or "bf16" in str(e).lower() else ""
+            raise ValueError(f"{file} is not a safetensors file NumPy can read: {e}{hint}.") from None
+        tensors.update(part)
+    return tensors
+
+
+def class_names(names, count, descriptions=None):
+    """A config's class names as a list of `count` strings, or None (placeholders, another count)."""
+    if isinstance(names, dict):  # {"0": "cat", ...}
+        try:
+            names = [names[k] for k in sorted(names, key=int)]
+        except (ValueError, KeyError):
+            return None
+    if not names or len(names) != count:
+        return None
+    names = [str(n) for n in names]
+    if all(re.fullmatch(r"LABEL_\d+", n) for n in names):  # transformers' placeholders
+        return None
+    if descriptions:
+        names = [str(descriptions.get(n, n)) for n in names]
+    return names
+
+
+class TorchTable(KeyTable):
+    """PyTorch layouts. `qkv_bias=False`: the source has no query/key/value biases (set to zero)."""
+
+    def __init__(self, model, qkv_bias=True):
+        self.model, self.qkv_bias = model, qkv_bias
+
+    def new_report(self):
+        return {"loaded": [], "kept": [], "dropped": [], "resampled": [], "zeroed": []}
+
+    def no_key_bias(self, path):
+        """Whether the source's attention has no key bias (BEiT)."""
+        return False
+
+    def shape(self, variable, key, part):
+        shape = tuple(variable.shape)
+        if variable.path.endswith("embedding/kernel"):  # conv (ph, pw, C, D) <- (D, C, ph, pw)
+            return (shape[3], shape[2], shape[0], shape[1])
+        if len(shape) == 2 and variable.path.endswith("/kernel"):  # Dense (in, out) <- Linear (out, in)
+            shape = shape[::-1]
+        if part is not None:  # packed projections (timm's qkv, kv; in_proj): Linear layers stacked
+            shape = (part[1] * shape[0],) + shape[1:]
+        return shape
+
+    def absent(self, variable, key, shapes, model):
+        path = variable.path
+        if path.startswith(("head/", "head_dist/")):  # a head without bias (CLIP's visual_projection)
+            weight = key[:-len("bias")] + "weight"
+            if not key.endswith(".bias") or weight not in shapes:
+                return False
+            kernel = next(v for v in model.weights if v.path == path[:-len("bias")] + "kernel")
+            return shapes[weight] == self.shape(kernel, weight, None)
+        return self.no_key_bias(path) or (not self.qkv_bias and path.split("/")[1] in ("query", "key", "value")
+                                          and path.endswith("/bias"))
+
+    def drops(self, key, model):
+        return (key.startswith(HEAD_KEYS) and not model.include_top
+                or key.startswith("pooler.") and model.representation_size is None
+                or key.endswith(DERIVED_BUFFERS))  # recomputed by keras-vit (older files saved them)
+
+    def to_keras(self, value, variable, part):
+        if part is not None:
+            value = np.split(value, part[1], axis=0)[part[0]]
+        if variable.path.endswith("embedding/kernel"):
+            return np.transpose(value, (2, 3, 1, 0))
+        if value.ndim == 2 and variable.path.endswith("/kernel"):
+            return value.T
+        return value
+
+    def state_dict(self, model, prefix=""):
+        """The model's weights as {source key: float32 array}; `prefix` goes before every key but a head's."""
+        tensors, packed = {}, {}
+        for variable in model.weights:
+            key, part = self.key(variable.path)
+            value = to_source(variable)
+            if part is not None:
+                packed.setdefault(key, [None] * part[1])[part[0]] = value
+                continue
+            top = key.startswith(("classifier.", "head."))
+            tensors[key if top else prefix + key] = value
+        for key, parts in packed.items():
+            tensors[key] = np.concatenate(parts, axis=0)
+        return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in tensors.items()}
+
+
+def to_source(variable):
+    """A variable's value in PyTorch's layout."""
+    value = np.asarray(variable.numpy())
+    if variable.path.endswith("embedding/kernel"):
+        return np.transpose(value, (3, 2, 0, 1))
+    if value.ndim == 2 and variable.path.endswith("/kernel"):
+        return value.T
+    return value
+
+
+def unsavable(model) -> list[str]:
+    """What a model has that neither timm's nor transformers' ViT writer holds (the issue-37 families are
+    read, not written yet: their configs need the per-family writers)."""
+    problems = []
+    if model.resnet is not None:
+        problems.append("a hybrid ResNet stem")
+    if model.pooling == "unpooled":
+        problems.append("pooling='unpooled'")
+    for name, plain in (("layer_scale", None), ("register_tokens", 0), ("prefix_posemb", "all"), ("pre_norm", False),
+                        ("patch_bias", True), ("mlp_activation", None)):
+        if getattr(model, name, plain) != plain:
+            problems.append(f"{name}={getattr(model, name)!r} (writing it is not implemented yet)")
+    if model.pooling == "map":
+        problems.append("pooling='map' (writing it is not implemented yet)")
+    if model.relative_position_bias or not model.absolute_position_embeddings:
+        problems.append("BEiT's relative position bias (writing it is not implemented yet)")
+    return problems
+
+
+def write_folder(folder: Any, tensors: dict[str, np.ndarray], files: dict[str, dict[str, Any]], *,
+                 overwrite: bool) -> None:
+    """A hub folder written atomically: model.safetensors and each {name: JSON object} of `files`."""
+    from keras_vit._files import atomic_path
+
+    st = require_safetensors()
+    with atomic_path(folder, overwrite=overwrite) as tmp:
+        os.makedirs(tmp)
+        st.save_file(tensors, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+        for name, content in files.items():
+            with open(os.path.join(tmp, name), "w", encoding="utf-8") as f:
+                json.dump(content, f, indent=2)

@@ -1,0 +1,310 @@
+"""timm's hub checkpoints (config.json with `architecture`, model.safetensors), in and out.
+
+The architecture table (which timm names keras-vit reads and what each name implies beyond a plain
+ViT, as timm's entrypoints set it), the config reader (`args_from_config`) and writer (`config_of`),
+and the name table (`TimmTable`). timm/models/vision_transformer.py, deit.py, beit.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from keras_vit.formats._torch import (HALF, IMAGENET_MEAN, IMAGENET_STD, LEAVES, MISSING_FEATURES, TorchTable,
+                                      class_names)
+from keras_vit.formats._torch import unsavable as unsavable_common
+
+log = logging.getLogger("keras_vit")
+
+# timm's ViT families: (embed_dim, depth, num_heads), timm/models/vision_transformer.py.
+TIMM_SIZES = {
+    "tiny": (192, 12, 3), "small": (384, 12, 6), "base": (768, 12, 12), "large": (1024, 24, 16),
+    "huge": (1280, 32, 16), "giant": (1536, 40, 24), "so400m": (1152, 27, 16),
+}
+# timm architectures keras-vit reads, and what each name implies beyond a plain ViT (as timm's entrypoints
+# set it: it is not in config.json's model_args, which override it). timm/models/vision_transformer.py, deit.py.
+_FAMILIES = (
+    (re.compile(r"^(vit|deit)_(?P<size>tiny|small|base|large|huge)_patch(?P<patch>\d+)_(?P<img>\d+)$"), "plain"),
+    (re.compile(r"^deit_(?P<size>tiny|small|base)_distilled_patch(?P<patch>16)_(?P<img>\d+)$"), "deit_distilled"),
+    (re.compile(r"^vit_(?P<size>small|base|large|giant)_patch(?P<patch>14)_(?:reg(?P<reg>\d+)_)?dinov2$"), "dinov2"),
+    (re.compile(r"^vit_(?P<size>base|large|huge)_patch(?P<patch>\d+)_clip_(?P<quick>quickgelu_)?(?P<img>\d+)$"),
+     "clip"),
+    (re.compile(r"^vit_(?P<size>base|large|so400m)_patch(?P<patch>\d+)_siglip_(?P<gap>gap_)?(?P<img>\d+)$"),
+     "siglip"),
+    (re.compile(r"^beit_(?P<size>base|large)_patch(?P<patch>16)_(?P<img>\d+)$"), "beit"),
+)
+TIMM_ARCHITECTURES = ("vit_{tiny,...,huge}_patch{P}_{SIZE}", "deit_{tiny,small,base}[_distilled]_patch16_{SIZE}",
+                      "vit_{small,base,large,giant}_patch14[_reg{N}]_dinov2", "vit_*_clip[_quickgelu]_{SIZE}",
+                      "vit_*_siglip[_gap]_{SIZE}", "beit_{base,large}_patch16_{SIZE}")
+# model_args that change nothing at inference (dropout rates, init, dynamic input padding).
+_INERT_ARGS = {"drop_rate", "pos_drop_rate", "patch_drop_rate", "proj_drop_rate", "attn_drop_rate",
+               "drop_path_rate", "weight_init", "dynamic_img_pad", "in_chans"}
+_ARGS = {"img_size", "patch_size", "embed_dim", "depth", "num_heads", "mlp_ratio", "class_token",
+         "global_pool", "fc_norm", "qkv_bias", "num_classes", "reg_tokens", "no_embed_class", "pre_norm",
+         "init_values", "act_layer", "mlp_layer", "dynamic_img_size", "use_abs_pos_emb", "use_rel_pos_bias",
+         "use_shared_rel_pos_bias"}
+# Options whose values other than these (timm's defaults) name a feature keras-vit does not have.
+_UNSUPPORTED = {"qk_norm": (False, "query/key normalization"), "final_norm": (True, "no final norm")}
+_ACTIVATIONS = {None: "gelu", "gelu": "gelu", "gelu_tanh": "gelu_tanh", "quick_gelu": "quick_gelu"}
+# timm's own resampling of position embeddings at another size (keras_vit.interpolation's names).
+TIMM_RESAMPLE = "torch_bicubic_antialias"
+
+
+def claims(config):
+    """Whether a config.json is timm's (it names an `architecture`)."""
+    return "architecture" in config
+
+
+# -- config.json -> VisionTransformer arguments -----------------------------------------------
+
+def family(arch, where):
+    """(family, regex match) of a timm architecture name; refusals name the missing feature."""
+    for pattern, name in _FAMILIES:
+        match = pattern.match(arch)
+        if match:
+            return name, match
+    prefix = arch.split("_")[0]
+    missing = MISSING_FEATURES.get(prefix) or MISSING_FEATURES.get(arch.split("_patch")[0].split("_")[0])
+    raise ValueError(f"{where}: unsupported timm architecture {arch!r}"
+                     + (f": keras-vit lacks its {missing}" if missing else "")
+                     + f"; keras-vit reads {', '.join(TIMM_ARCHITECTURES)} (with any model_args it supports).")
+
+
+def _implied(name, match):
+    """The model_args a timm architecture name implies (its entrypoint's), in timm's names."""
+    embed_dim, depth, heads = TIMM_SIZES[match["size"]]
+    implied = dict(embed_dim=embed_dim, depth=depth, num_heads=heads, patch_size=int(match["patch"]))
+    if match.groupdict().get("img"):
+        implied["img_size"] = int(match["img"])
+    if name == "deit_distilled":
+        implied["distilled"] = True
+    elif name == "dinov2":
+        implied.update(img_size=518, init_values=1e-5)
+        if match["reg"]:
+            implied.update(reg_tokens=int(match["reg"]), no_embed_class=True)
+        if match["size"] == "giant":
+            implied.update(mlp_ratio=2.66667 * 2, mlp_layer="swiglu", act_layer="silu")
+    elif name == "clip":
+        implied.update(pre_norm=True, norm_eps=1e-5)
+        if match["quick"]:
+            implied["act_layer"] = "quick_gelu"
+    elif name == "siglip":
+        implied.update(class_token=False, global_pool="avg" if match["gap"] else "map")
+        if match["gap"]:
+            implied["fc_norm"] = False
+        if match["size"] == "so400m":
+            implied["mlp_ratio"] = 3.7362
+    elif name == "beit":
+        implied.update(use_abs_pos_emb=False, use_rel_pos_bias=True, init_values=0.1, global_pool="avg")
+    return implied
+
+
+def args_from_config(config, tensors, where):
+    """(VisionTransformer arguments, qkv_bias) of a timm config.json."""
+    arch = str(config["architecture"]).split(".")[0]
+    name, match = family(arch, where)
+    margs = dict(config.get("model_args") or {})
+    unknown = set(margs) - _ARGS - _INERT_ARGS - set(_UNSUPPORTED)
+    if unknown:
+        raise ValueError(f"{where}: unsupported timm model_args {sorted(unknown)}.")
+    for key, (default, feature) in _UNSUPPORTED.items():
+        if key in margs and margs[key] != default:
+            raise ValueError(f"{where}: timm model_args {key}={margs[key]!r} is not supported (keras-vit lacks "
+                             f"{feature or key}; supported: {key}={default!r}).")
+    if margs.get("in_chans", 3) != 3:
+        raise ValueError(f"{where}: in_chans={margs['in_chans']}; keras-vit models take RGB (3 channels).")
+    pcfg = config.get("pretrained_cfg") or {}
+    o = _implied(name, match)
+    if "global_pool" in config:
+        o["global_pool"] = config["global_pool"]
+    if pcfg.get("input_size"):
+        o["img_size"] = pcfg["input_size"][1:]
+    o.update(margs)
+    if o.get("use_shared_rel_pos_bias"):
+        raise ValueError(f"{where}: use_shared_rel_pos_bias=True: keras-vit lacks the "
+                         f"{MISSING_FEATURES['beit-shared']}.")
+    embed_dim = int(o["embed_dim"])
+    class_token = bool(o.get("class_token", True))
+    global_pool = o.get("global_pool", "token")
+    if global_pool not in ("token", "avg", "map"):
+        raise ValueError(f"{where}: timm global_pool={global_pool!r} is not supported; use 'token', 'avg' or 'map'.")
+    if global_pool == "token" and not class_token:
+        raise ValueError(f"{where}: global_pool='token' without a class token.")
+    fc_norm = o.get("fc_norm")
+    if fc_norm is None:  # timm's default: the norm after pooling for average-pooled models
+        fc_norm = global_pool == "avg"
+    act = o.get("act_layer")
+    swiglu = o.get("mlp_layer") == "swiglu"
+    if swiglu:
+        if act not in ("silu", "swish"):
+            raise ValueError(f"{where}: a SwiGLU MLP with act_layer={act!r}; keras-vit's SwiGLU gates with SiLU.")
+        activation = "swiglu"
+    elif act in _ACTIVATIONS:
+        activation = _ACTIVATIONS[act]
+    else:
+        raise ValueError(f"{where}: timm act_layer={act!r} is not supported; keras-vit has "
+                         f"{sorted(k for k in _ACTIVATIONS if k)} (and SwiGLU).")
+    width = int(embed_dim * float(o.get("mlp_ratio", 4.0)))
+    num_classes = int(o.get("num_classes", config.get("num_classes", 1000)))
+    deit = arch.startswith("deit")
+    mean = tuple(pcfg.get("mean") or (IMAGENET_MEAN if deit else HALF))
+    std = tuple(pcfg.get("std") or (IMAGENET_STD if deit else HALF))
+    image_size = o["img_size"]
+    args = dict(
+        image_size=tuple(image_size) if isinstance(image_size, (list, tuple)) else int(image_size),
+        patch_size=int(o["patch_size"]),
+        hidden_size=embed_dim,
+        num_layers=int(o["depth"]),
+        num_heads=int(o["num_heads"]),
+        mlp_dim=width // 2 if swiglu else width,  # timm's packed SwiGLU: fc1 is `width` wide, fc2 takes half
+        classes=num_classes if num_classes else None,
+        include_top=num_classes > 0,
+        classifier="token" if class_token else "gap",
+        pooling={"token": None, "avg": "gap", "map": "map"}[global_pool],
+        fc_norm=bool(fc_norm),
+        approximate_gelu=activation == "gelu_tanh",
+        mlp_activation=activation if activation in ("quick_gelu", "swiglu") else None,
+        layer_norm_epsilon=float(o.get("norm_eps", 1e-6)),
+        pixel_mean=mean,
+        pixel_std=std,
+        distillation=bool(o.get("distilled", False)),
+        layer_scale=None if o.get("init_values") is None else float(o["init_values"]),
+        register_tokens=int(o.get("reg_tokens", 0)),
+        prefix_posemb="none" if o.get("no_embed_class") else "all",
+        pre_norm=bool(o.get("pre_norm", False)),
+        patch_bias=not o.get("pre_norm", False),  # timm: bias=not pre_norm
+        dynamic_image_size=bool(o.get("dynamic_img_size", False)),
+        posemb_resample=TIMM_RESAMPLE,
+        relative_position_bias=bool(o.get("use_rel_pos_bias", False)),
+        absolute_position_embeddings=bool(o.get("use_abs_pos_emb", True)),
+        **_view(pcfg, where),
+    )
+    label_names = config.get("label_names", pcfg.get("label_names"))
+    descriptions = config.get("label_descriptions", pcfg.get("label_descriptions"))
+    if num_classes:
+        args["class_names"] = class_names(label_names, num_classes, descriptions)
+    return args, bool(o.get("qkv_bias", True))
+
+
+def _view(pcfg, where):
+    """The evaluation view timm's pretrained_cfg names (crop_pct, interpolation), where it names one."""
+    view = {}
+    if pcfg.get("interpolation") in ("bilinear", "bicubic"):
+        view["interpolation"] = pcfg["interpolation"]
+    if pcfg.get("crop_pct") is not None:
+        if pcfg.get("crop_mode", "center") != "center":
+            log.info("%s: timm crop_mode=%r is read as a centre crop", where, pcfg["crop_mode"])
+        view["crop_pct"] = min(float(pcfg["crop_pct"]), 1.0)
+    return view
+
+
+# -- the name table ----------------------------------------------------------------------------
+
+_BLOCK = {"out": "attn.proj", "norm1": "norm1", "norm2": "norm2", "mlp_dense1": "mlp.fc1",
+          "mlp_dense2": "mlp.fc2", "layer_scale1": "ls1.gamma", "layer_scale2": "ls2.gamma"}
+# timm's Beit: qkv without bias, q_bias and v_bias apart, gamma_1/2
+_BEIT_BLOCK = {"layer_scale1": "gamma_1", "layer_scale2": "gamma_2",
+               "relative_position_bias_table": "attn.relative_position_bias_table"}
+_PATCH_ENCODER = {"cls": "cls_token", "pos_embedding": "pos_embed", "dist_token": "dist_token",
+                  "reg_token": "reg_token"}
+# the attention-pool (MAP) head: attn_pool (q; kv packed k then v)
+_MAP = {"probe": ("attn_pool.latent", None), "query": ("attn_pool.q", None), "key": ("attn_pool.kv", (0, 2)),
+        "value": ("attn_pool.kv", (1, 2)), "out": ("attn_pool.proj", None), "norm": ("attn_pool.norm", None),
+        "mlp_dense1": ("attn_pool.mlp.fc1", None), "mlp_dense2": ("attn_pool.mlp.fc2", None)}
+_TOP = {"encoder_norm": "norm", "fc_norm": "fc_norm", "head": "head", "head_dist": "head_dist", "pre_norm": "norm_pre"}
+
+
+class TimmTable(TorchTable):
+    """timm's names for one model (BEiT's attention when it has a relative position bias)."""
+
+    format = "timm"
+
+    def __init__(self, model, qkv_bias=True):
+        super().__init__(model, qkv_bias)
+        self.beit = bool(getattr(model, "relative_position_bias", False))
+
+    def no_key_bias(self, path):  # timm's Beit: a zero buffer
+        return self.beit and path.endswith("/key/bias")
+
+    def key(self, path):
+        parts = path.split("/")
+        leaf = LEAVES.get(parts[-1])
+        head = parts[0]
+        if head == "patch_encoder":
+            return _PATCH_ENCODER.get(parts[1]) or f"patch_embed.proj.{leaf}", None
+        m = re.fullmatch(r"encoderblock_(\d+)", head)
+        if m:
+            i, sub = m[1], parts[1]
+            if self.beit:
+                if sub in ("query", "key", "value") and leaf == "bias":
+                    return f"blocks.{i}.attn.{sub[0]}_bias", None
+                if sub in _BEIT_BLOCK:
+                    return f"blocks.{i}.{_BEIT_BLOCK[sub]}", None
+            if sub in ("query", "key", "value"):
+                return f"blocks.{i}.attn.qkv.{leaf}", (("query", "key", "value").index(sub), 3)
+            name = _BLOCK[sub]
+            return (f"blocks.{i}.{name}" if sub.startswith("layer_scale") else f"blocks.{i}.{name}.{leaf}"), None
+        if head == "attention_pool":
+            key, part = _MAP[parts[1]]
+            return (key, None) if parts[1] == "probe" else (f"{key}.{leaf}", part)
+        if _TOP.get(head):
+            return f"{_TOP[head]}.{leaf}", None
+        return None, None
+
+
+# -- writing -----------------------------------------------------------------------------------
+
+def unsavable(model):
+    """What a model has that timm's ViT config cannot say."""
+    problems = unsavable_common(model)
+    if model.representation_size is not None:
+        problems.append(f"a pre-logits layer (representation_size={model.representation_size})")
+    if model.layer_norm_epsilon != 1e-6:
+        problems.append(f"layer_norm_epsilon={model.layer_norm_epsilon:g} (timm's ViT uses 1e-6)")
+    return problems
+
+
+def _arch(model):
+    sizes = (model.hidden_size, model.num_layers, model.num_heads)
+    name = next((f for f, s in TIMM_SIZES.items() if s == sizes), None)
+    if name is None:
+        name = next((f for f, (dim, _, _) in TIMM_SIZES.items() if dim == model.hidden_size), "base")
+    ph, pw = model.patch_size
+    h, w = model.image_size
+    return f"vit_{name}_patch{ph}_{h}" if ph == pw and h == w else f"vit_{name}_patch16_224"
+
+
+def config_of(model):
+    """timm's config.json of a model (architecture, model_args, pretrained_cfg)."""
+    global_pool = "avg" if model.classifier == "gap" or model.pooling in ("gap", "avg") else "token"
+    num_classes = int(model.classes) if model.include_top else 0
+    args = dict(num_classes=num_classes, img_size=list(model.image_size), patch_size=model.patch_size[0],
+                embed_dim=model.hidden_size, depth=model.num_layers, num_heads=model.num_heads,
+                mlp_ratio=model.mlp_dim / model.hidden_size, class_token=model.classifier == "token",
+                global_pool=global_pool, fc_norm=model.fc_norm, qkv_bias=True)
+    config = {
+        "architecture": _arch(model),
+        "num_classes": num_classes,
+        "num_features": model.hidden_size,
+        "global_pool": global_pool,
+        "model_args": args,
+        "pretrained_cfg": {
+            "input_size": [3, *model.image_size], "fixed_input_size": True,
+            "interpolation": model.interpolation, "crop_pct": model.crop_pct, "crop_mode": "center",
+            "mean": list(model.pixel_mean), "std": list(model.pixel_std),
+            "num_classes": num_classes, "pool_size": None, "first_conv": "patch_embed.proj",
+            "classifier": "head",
+        },
+    }
+    if model.include_top and model.class_names:
+        config["label_names"] = list(model.class_names)
+    return config
+
+
+def files_of(model):
+    """The JSON files of timm's hub folder ({name: content}) beside model.safetensors."""
+    return {"config.json": config_of(model)}
+
+
+def state_dict(model):
+    return TimmTable(model).state_dict(model)

@@ -1,0 +1,330 @@
+"""Hugging Face transformers' hub checkpoints (config.json with `model_type`, model.safetensors), in and out.
+
+The model_type table (which types and architectures keras-vit reads), the config reader
+(`args_from_config`, with preprocessor_config.json's view) and writer (`files_of`), and the name
+table (`TransformersTable`, one block scheme per family: ViT/DeiT, DINOv2, BEiT, CLIP/SigLIP).
+transformers/models/{vit,deit,dinov2,dinov2_with_registers,clip,siglip,beit}/modeling_*.py.
+"""
+
+from __future__ import annotations
+
+import re
+
+from keras_vit.formats._torch import HALF, LEAVES, MISSING_FEATURES, TorchTable, class_names
+from keras_vit.formats._torch import unsavable as unsavable_common
+
+TRANSFORMERS_ARCHITECTURES = ("ViTForImageClassification", "ViTModel", "DeiTModel",
+                              "DeiTForImageClassificationWithTeacher", "Dinov2Model", "Dinov2WithRegistersModel",
+                              "CLIPVisionModel", "CLIPVisionModelWithProjection", "CLIPModel", "SiglipVisionModel",
+                              "SiglipModel", "BeitModel", "BeitForImageClassification")
+TRANSFORMERS_MODEL_TYPES = ("vit", "deit", "dinov2", "dinov2_with_registers", "clip", "clip_vision_model", "siglip",
+                            "siglip_vision_model", "beit")
+_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "quick_gelu": "quick_gelu"}
+# transformers' own resampling of position embeddings at another size (keras_vit.interpolation's names)
+TRANSFORMERS_RESAMPLE = {"dinov2_with_registers": "torch_bicubic_antialias"}  # others: "torch_bicubic"
+# Keys of a transformers file that hold no part of an image tower (a full CLIP/SigLIP model's text side) or
+# nothing used at inference (DINOv2's mask token, for masked-image training).
+SKIPPED = ("text_model.", "text_projection.", "logit_scale", "logit_bias", "embeddings.mask_token")
+
+
+def claims(config, where):
+    """Whether a config.json is transformers' (it names a `model_type`); a model_type keras-vit does not
+    read is refused, naming the feature it lacks where known."""
+    if "model_type" not in config:
+        return False
+    model_type = config["model_type"]
+    if model_type not in TRANSFORMERS_MODEL_TYPES:
+        missing = MISSING_FEATURES.get(str(model_type).replace("_", "-"))
+        raise ValueError(f"{where}: unsupported transformers model_type {model_type!r}"
+                         + (f": keras-vit lacks its {missing}" if missing else "")
+                         + f"; keras-vit reads model_type {', '.join(map(repr, TRANSFORMERS_MODEL_TYPES))}.")
+    return True
+
+
+def strip_prefix(tensors):
+    """The image tower's tensors under the names of a bare model: transformers' task models keep the
+    backbone under 'vit.' / 'deit.', CLIP and SigLIP (and their 4.x vision-only saves) under 'vision_model.';
+    a full CLIP's or SigLIP's text side is left out. CLIP's vector class embedding (D,) and its
+    nn.Embedding table (T, D) are given keras-vit's shapes (1, 1, D), (1, T, D)."""
+    out = {}
+    for key, value in tensors.items():
+        if key.startswith(SKIPPED):
+            continue
+        for prefix in ("vit.", "deit.", "beit.", "vision_model."):
+            if key.startswith(prefix):
+                key = key[len(prefix):]
+                break
+        if key == "embeddings.class_embedding" and value.ndim == 1:
+            value = value.reshape(1, 1, -1)
+        elif key == "embeddings.position_embedding.weight" and value.ndim == 2:
+            value = value[None]
+        out[key] = value
+    return out
+
+
+def naming(tensors):
+    """Which transformers key scheme a (prefix-stripped) state dict uses: "vit" (ViT, DeiT), "dinov2"
+    (or "dinov2_swiglu"), "beit" or "clip" (CLIP, SigLIP)."""
+    if any(k.startswith("encoder.layers.") for k in tensors) or "embeddings.patch_embedding.weight" in tensors:
+        return "clip"
+    if any(k.endswith((".lambda_1", "relative_position_bias_table")) for k in tensors):
+        return "beit"
+    if any(re.match(r"encoder\.layer\.\d+\.norm1\.", k) for k in tensors):
+        return "dinov2_swiglu" if any(".mlp.weights_in." in k for k in tensors) else "dinov2"
+    return "vit"
+
+
+# -- config.json -> VisionTransformer arguments -----------------------------------------------
+
+def _view(preprocessor):
+    """crop_pct and interpolation from an image processor's resample, size and crop_size."""
+    view = {}
+    if preprocessor.get("resample") in (2, 3):  # PIL's BILINEAR, BICUBIC
+        view["interpolation"] = "bilinear" if preprocessor["resample"] == 2 else "bicubic"
+    size, crop = preprocessor.get("size"), preprocessor.get("crop_size")
+    if preprocessor.get("do_center_crop") and isinstance(size, dict) and isinstance(crop, dict):
+        edge = size.get("shortest_edge") or size.get("height")
+        if edge and crop.get("height") and crop["height"] < edge:
+            view["crop_pct"] = crop["height"] / edge
+    return view
+
+
+def args_from_config(config, tensors, where, preprocessor=None):
+    """(VisionTransformer arguments, qkv_bias) of a transformers config.json (and preprocessor_config.json);
+    `tensors` (prefix-stripped) tell whether a head and a pooler are there."""
+    architectures = config.get("architectures") or []
+    bad = [a for a in architectures if a not in TRANSFORMERS_ARCHITECTURES]
+    if bad:
+        hint = {"DeiTForImageClassification": " (its head reads the class token alone, not DeiT's two heads)",
+                "Dinov2ForImageClassification": " (its head reads the class token and the mean patch token)"}.get(
+                    bad[0], "")
+        raise ValueError(f"{where}: unsupported transformers architecture {bad[0]!r}{hint}; keras-vit reads "
+                         f"{', '.join(TRANSFORMERS_ARCHITECTURES)}.")
+    model_type = config.get("model_type", "vit")
+    if model_type in ("clip", "siglip"):  # a full model: the image tower's config is vision_config
+        config = dict(config.get("vision_config") or {}, projection_dim=config.get("projection_dim"))
+    act = config.get("hidden_act", "gelu")
+    if act not in _ACTIVATIONS:
+        raise ValueError(f"{where}: hidden_act={act!r} is not supported; use one of {sorted(_ACTIVATIONS)}.")
+    activation = _ACTIVATIONS[act]
+    if int(config.get("num_channels", 3)) != 3:
+        raise ValueError(f"{where}: num_channels={config['num_channels']}; keras-vit models take RGB.")
+    preprocessor = preprocessor or {}
+    hidden = int(config.get("hidden_size", 768))
+    args = dict(
+        image_size=config.get("image_size", 224),
+        patch_size=config.get("patch_size", 16),
+        hidden_size=hidden,
+        num_layers=int(config.get("num_hidden_layers", 12)),
+        num_heads=int(config.get("num_attention_heads", 12)),
+        mlp_dim=int(config.get("intermediate_size", 3072)),
+        classifier="token",
+        approximate_gelu=activation == "gelu_tanh",
+        mlp_activation="quick_gelu" if activation == "quick_gelu" else None,
+        layer_norm_epsilon=float(config.get("layer_norm_eps", 1e-12)),
+        pixel_mean=tuple(preprocessor.get("image_mean") or HALF),
+        pixel_std=tuple(preprocessor.get("image_std") or HALF),
+        posemb_resample=TRANSFORMERS_RESAMPLE.get(model_type, "torch_bicubic"),
+        **_view(preprocessor),
+    )
+    head_key = "classifier.weight"
+    if model_type in ("vit", "deit"):
+        head = (bool(set(architectures) & {"ViTForImageClassification", "DeiTForImageClassificationWithTeacher"})
+                if architectures else head_key in tensors)
+        if model_type == "deit":
+            args["distillation"] = True  # DeiTModel and the teacher model have the token whatever the file
+            head_key = "cls_classifier.weight"
+        pooler = "pooler.dense.weight" in tensors
+        if pooler and config.get("pooler_act", "tanh") != "tanh":
+            raise ValueError(f"{where}: pooler_act={config['pooler_act']!r} is not supported; keras-vit's "
+                             "pre-logits layer is Dense + tanh.")
+        args["representation_size"] = int(config.get("pooler_output_size") or hidden) if pooler else None
+    elif model_type in ("dinov2", "dinov2_with_registers"):
+        head = False
+        ratio = float(config.get("mlp_ratio", 4))
+        if config.get("use_swiglu_ffn"):  # transformers' Dinov2SwiGLUFFN hidden width
+            args["mlp_dim"] = (int(int(hidden * ratio) * 2 / 3) + 7) // 8 * 8
+            args["mlp_activation"] = "swiglu"
+        else:
+            args["mlp_dim"] = int(hidden * ratio)
+        args["layer_scale"] = float(config.get("layerscale_value", 1.0))
+        args["register_tokens"] = int(config.get("num_register_tokens", 0))
+        args["prefix_posemb"] = "class"  # the registers are inserted after the table is added
+        args["layer_norm_epsilon"] = float(config.get("layer_norm_eps", 1e-6))
+        args["dynamic_image_size"] = True  # Dinov2Embeddings resamples at every other size, unasked
+    elif model_type in ("clip", "clip_vision_model"):
+        head = (bool(set(architectures) & {"CLIPVisionModelWithProjection", "CLIPModel"})
+                if architectures else "visual_projection.weight" in tensors)
+        head_key = "visual_projection.weight"
+        # last_hidden_state is the encoder's output; post_layernorm normalizes the pooled class token alone
+        args.update(pre_norm=True, patch_bias=False, fc_norm=True, layer_norm_epsilon=float(
+            config.get("layer_norm_eps", 1e-5)))
+        if head:
+            args["classes"] = int(config.get("projection_dim") or 512)
+    elif model_type == "beit":
+        if config.get("use_shared_relative_position_bias"):
+            raise ValueError(f"{where}: use_shared_relative_position_bias=True: keras-vit lacks the "
+                             f"{MISSING_FEATURES['beit-shared']}.")
+        head = "BeitForImageClassification" in architectures if architectures else head_key in tensors
+        mean_pooling = bool(config.get("use_mean_pooling", True))
+        init = config.get("layer_scale_init_value", 0.1)
+        # use_mean_pooling: no final norm on the tokens; pooler.layernorm on the mean patch token
+        args.update(layer_scale=float(init) if init and init > 0 else None, fc_norm=mean_pooling,
+                    pooling="gap" if mean_pooling else None,
+                    relative_position_bias=bool(config.get("use_relative_position_bias", False)),
+                    absolute_position_embeddings=bool(config.get("use_absolute_position_embeddings", False)))
+    else:  # siglip
+        head = False
+        args.update(classifier="gap", pooling="map" if config.get("vision_use_head", True) else "gap",
+                    layer_norm_epsilon=float(config.get("layer_norm_eps", 1e-6)))
+    id2label = config.get("id2label") or {}
+    if model_type in ("vit", "deit", "beit"):
+        classes = len(id2label) if id2label else int(config.get("num_labels", 2))
+        if head and head_key in tensors:  # the weights are the truth for the head's width
+            classes = int(tensors[head_key].shape[0])
+        args["classes"] = classes if head else None
+        if head:
+            args["class_names"] = class_names(id2label, classes)
+    elif head and head_key in tensors:
+        args["classes"] = int(tensors[head_key].shape[0])
+    args["include_top"] = head
+    if not head:
+        args["classes"] = None
+    return args, bool(config.get("qkv_bias", True))
+
+
+# -- the name table ----------------------------------------------------------------------------
+
+_ATTENTION = {"query": "attention.attention.query", "key": "attention.attention.key",
+              "value": "attention.attention.value", "out": "attention.output.dense"}
+_BLOCKS = {
+    "vit": {**_ATTENTION, "norm1": "layernorm_before", "norm2": "layernorm_after", "mlp_dense1": "intermediate.dense",
+            "mlp_dense2": "output.dense"},
+    "dinov2": {**_ATTENTION, "norm1": "norm1", "norm2": "norm2", "mlp_dense1": "mlp.fc1", "mlp_dense2": "mlp.fc2",
+               "layer_scale1": "layer_scale1.lambda1", "layer_scale2": "layer_scale2.lambda1"},
+    "beit": {**_ATTENTION, "norm1": "layernorm_before", "norm2": "layernorm_after",
+             "mlp_dense1": "intermediate.dense", "mlp_dense2": "output.dense", "layer_scale1": "lambda_1",
+             "layer_scale2": "lambda_2",
+             "relative_position_bias_table": "attention.attention.relative_position_bias.relative_position_bias_table"},
+    "clip": {"query": "self_attn.q_proj", "key": "self_attn.k_proj", "value": "self_attn.v_proj",
+             "out": "self_attn.out_proj", "norm1": "layer_norm1", "norm2": "layer_norm2", "mlp_dense1": "mlp.fc1",
+             "mlp_dense2": "mlp.fc2"},
+}
+# SigLIP's attention-pool head (nn.MultiheadAttention's in_proj packed q, k, v)
+_MAP = {"probe": ("head.probe", None), "query": ("head.attention.in_proj", (0, 3)),
+        "key": ("head.attention.in_proj", (1, 3)), "value": ("head.attention.in_proj", (2, 3)),
+        "out": ("head.attention.out_proj", None), "norm": ("head.layernorm", None),
+        "mlp_dense1": ("head.mlp.fc1", None), "mlp_dense2": ("head.mlp.fc2", None)}
+
+
+class TransformersTable(TorchTable):
+    """transformers' names for one model, in one key scheme (`naming`); `skipped` the keys strip_prefix
+    left out (reported as dropped)."""
+
+    format = "transformers"
+
+    def __init__(self, model, naming="vit", qkv_bias=True, skipped=()):
+        super().__init__(model, qkv_bias)
+        self.naming, self.skipped = naming, list(skipped)
+        self.clip = naming == "clip"
+        self.distillation = bool(getattr(model, "distillation", False))
+
+    def new_report(self):
+        report = super().new_report()
+        report["dropped"].extend(self.skipped)
+        return report
+
+    def no_key_bias(self, path):  # BEiT's key projection has no bias
+        return self.naming == "beit" and path.endswith("/key/bias")
+
+    def key(self, path):
+        parts = path.split("/")
+        leaf = LEAVES.get(parts[-1])
+        head = parts[0]
+        clip = self.clip
+        if head == "patch_encoder":
+            named = {"cls": "embeddings.class_embedding" if clip else "embeddings.cls_token",
+                     "pos_embedding": "embeddings.position_embedding.weight" if clip
+                     else "embeddings.position_embeddings",
+                     "dist_token": "embeddings.distillation_token", "reg_token": "embeddings.register_tokens"}
+            return named.get(parts[1]) or ("embeddings.patch_embedding." if clip
+                                           else "embeddings.patch_embeddings.projection.") + leaf, None
+        m = re.fullmatch(r"encoderblock_(\d+)", head)
+        if m:
+            i, sub = m[1], parts[1]
+            names = _BLOCKS[self.naming.replace("_swiglu", "")]
+            if sub not in names:
+                return None, None
+            if sub.startswith(("layer_scale", "relative_position")):
+                return f"encoder.layer.{i}.{names[sub]}", None
+            if self.naming == "dinov2_swiglu" and sub.startswith("mlp_dense"):
+                name = "mlp.weights_in" if sub == "mlp_dense1" else "mlp.weights_out"
+                return f"encoder.layer.{i}.{name}.{leaf}", None
+            return (f"encoder.layers.{i}." if clip else f"encoder.layer.{i}.") + f"{names[sub]}.{leaf}", None
+        if head == "attention_pool":
+            key, part = _MAP[parts[1]]
+            if parts[1] == "probe":
+                return key, None
+            return (f"{key}_{leaf}", part) if part is not None else (f"{key}.{leaf}", None)  # in_proj_weight
+        if clip:
+            top = {"encoder_norm": "post_layernorm", "fc_norm": "post_layernorm", "head": "visual_projection",
+                   "pre_norm": "pre_layrnorm"}
+        else:
+            top = {"encoder_norm": "layernorm", "head": "cls_classifier" if self.distillation else "classifier",
+                   "head_dist": "distillation_classifier", "pre_logits": "pooler.dense",
+                   "fc_norm": "pooler.layernorm" if self.naming == "beit" else None}
+        if top.get(head):
+            return f"{top[head]}.{leaf}", None
+        return None, None
+
+
+# -- writing -----------------------------------------------------------------------------------
+
+def unsavable(model):
+    """What a model has that transformers' ViTModel / ViTForImageClassification config cannot say."""
+    problems = unsavable_common(model)
+    if model.distillation:
+        problems.append("a distillation token (writing DeiT's transformers format is not implemented yet)")
+    if model.classifier != "token" or model.pooling not in (None, "token"):
+        problems.append("pooling other than the class token")
+    if model.fc_norm:
+        problems.append("fc_norm")
+    if model.representation_size is not None and model.include_top:
+        problems.append("a pre-logits layer under a head")
+    if model.image_size[0] != model.image_size[1] or model.patch_size[0] != model.patch_size[1]:
+        problems.append("non-square images or patches")
+    return problems
+
+
+def config_of(model):
+    """transformers' config.json of a model (ViTForImageClassification, or ViTModel without a head)."""
+    config = {
+        "architectures": ["ViTForImageClassification" if model.include_top else "ViTModel"],
+        "model_type": "vit", "hidden_size": model.hidden_size, "num_hidden_layers": model.num_layers,
+        "num_attention_heads": model.num_heads, "intermediate_size": model.mlp_dim,
+        "hidden_act": "gelu_pytorch_tanh" if model.approximate_gelu else "gelu",
+        "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "initializer_range": 0.02,
+        "layer_norm_eps": model.layer_norm_epsilon, "image_size": model.image_size[0],
+        "patch_size": model.patch_size[0], "num_channels": 3, "qkv_bias": True,
+        "encoder_stride": model.patch_size[0], "pooler_act": "tanh",
+        "pooler_output_size": model.representation_size or model.hidden_size, "dtype": "float32",
+    }
+    if model.include_top:
+        names = model.class_names or [f"LABEL_{i}" for i in range(int(model.classes))]
+        config["id2label"] = {str(i): n for i, n in enumerate(names)}
+        config["label2id"] = {n: i for i, n in enumerate(names)}
+    return config
+
+
+def files_of(model):
+    """The JSON files of transformers' hub folder ({name: content}) beside model.safetensors."""
+    pre = {"image_processor_type": "ViTImageProcessor", "do_resize": True, "do_rescale": True,
+           "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": list(model.pixel_mean),
+           "image_std": list(model.pixel_std), "resample": 3 if model.interpolation == "bicubic" else 2,
+           "size": {"height": model.image_size[0], "width": model.image_size[1]}}
+    return {"config.json": config_of(model), "preprocessor_config.json": pre}
+
+
+def state_dict(model):
+    """The model's weights under transformers' names (the backbone under 'vit.' when it has a head)."""
+    return TransformersTable(model).state_dict(model, prefix="vit." if model.include_top else "")
