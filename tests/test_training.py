@@ -195,6 +195,33 @@ def test_multi_worker_training_on_two_local_processes(tmp_path):
     assert worker_1["test_loss"] == pytest.approx(metrics["test_loss"]), "the replicas stayed in sync"
 
 
+def test_keras_patches_name_the_keras_version_they_were_not_tested_on(monkeypatch):
+    from keras.src.backend.tensorflow import trainer as tf_trainer
+
+    from keras_vit.training import keras_patches
+
+    assert keras_patches.check_keras_version(keras.__version__) is None, "the installed Keras is a tested one"
+    low, high = keras_patches.TESTED_KERAS
+    assert keras_patches.check_keras_version(f"{low[0]}.{low[1]}.0") is None
+    assert keras_patches.check_keras_version(f"{high[0]}.{high[1]}.9") is None
+    message = keras_patches.check_keras_version(f"{high[0]}.{high[1] + 1}.0")
+    assert f"this is Keras {high[0]}.{high[1] + 1}.0" in message and f"Keras {low[0]}.{low[1]} to" in message
+    assert "this is Keras 3.4.2" in keras_patches.check_keras_version("3.4.2")
+
+    mwms = type("CollectiveAllReduceStrategy", (), {})()  # the name is what the patches look at
+    model = keras.Sequential([keras.layers.Dense(1)])
+    assert keras_patches.apply_multi_worker_fix(model, object()) is False, "other strategies are left alone"
+    monkeypatch.setattr(tf_trainer, "reduce_per_replica", tf_trainer.reduce_per_replica)  # restored after the test
+    monkeypatch.setattr(keras, "__version__", "3.99.0")
+    with pytest.warns(RuntimeWarning, match=r"this is Keras 3\.99\.0"):
+        assert keras_patches.apply_multi_worker_fix(model, mwms) is True
+    assert tf_trainer.reduce_per_replica._keras_vit_fix
+    monkeypatch.delattr(tf_trainer, "reduce_per_replica")
+    with pytest.raises(RuntimeError, match=r"Keras 3\.99\.0 has no keras\.src\.backend\.tensorflow\.trainer"
+                                           r"\.reduce_per_replica"), pytest.warns(RuntimeWarning):
+        keras_patches.apply_multi_worker_fix(keras.Sequential([keras.layers.Dense(1)]), mwms)
+
+
 def _epochs_logged(path):
     if not path.exists():
         return []
