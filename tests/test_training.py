@@ -11,7 +11,7 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from conftest import DATA, ROOT
 from keras_vit import training
 
 DIGITS = str(ROOT / "recipes" / "digits.py")
@@ -312,3 +312,112 @@ def test_pretrain_recipe_runs_at_toy_scale(tmp_path):
     metrics = _metrics(tmp_path)
     assert (metrics["config"]["optimizer"], metrics["config"]["schedule"]) == ("adamw", "linear")
     assert metrics["config"]["model"]["dropout_rate"] == 0.1
+
+
+# Fine-tuning a timm / transformers checkpoint (issue 37 item 4): the pipeline feeds the model the checkpoint's
+# own size and pixel statistics, read here from the checkpoint's files, not from keras-vit.
+HUB_FIXTURES = {
+    "transformers_dinov2": DATA / "zoo" / "hf_dinov2",  # BitImageProcessor: ImageNet mean/std, 56 px
+    "timm_deit_distilled": DATA / "timm" / "timm_deit_distilled",  # timm's pretrained_cfg: ImageNet mean/std
+    "transformers_clip": DATA / "zoo" / "hf_clip_vision",  # CLIP's own mean/std
+}
+
+
+def _checkpoint_preprocessing(folder):
+    """(image size (H, W), mean, std) as the checkpoint's own library reads them from its files."""
+    config = json.loads((folder / "config.json").read_text())
+    if (folder / "preprocessor_config.json").exists():  # transformers: the image processor's settings
+        pre = json.loads((folder / "preprocessor_config.json").read_text())
+        vision = config.get("vision_config", config)
+        size = vision["image_size"]
+        return (size, size), pre["image_mean"], pre["image_std"]
+    cfg = config["pretrained_cfg"]  # timm
+    return tuple(cfg["input_size"][1:]), cfg["mean"], cfg["std"]
+
+
+def _recording_make_dataset(monkeypatch):
+    """Every pipeline train() builds, recorded: [(split, image_size, kwargs, dataset)]."""
+    from keras_vit import data
+
+    built, original = [], data.make_dataset
+
+    def make_dataset(split, image_size, batch_size, **kwargs):
+        ds = original(split, image_size, batch_size, **kwargs)
+        built.append((split, image_size, kwargs, ds))
+        return ds
+
+    monkeypatch.setattr(data, "make_dataset", make_dataset)
+    return built
+
+
+@pytest.mark.parametrize("name", sorted(HUB_FIXTURES))
+def test_finetune_from_a_hub_checkpoint_feeds_it_its_own_pixels(name, tmp_path, monkeypatch):
+    from keras_vit.images import model_view
+
+    folder = HUB_FIXTURES[name]
+    size, mean, std = _checkpoint_preprocessing(folder)
+    assert not np.allclose(mean, 0.5) or not np.allclose(std, 0.5), "a fixture whose stats are not [-1, 1]'s"
+    built = _recording_make_dataset(monkeypatch)
+    config = training.apply_overrides(training.load_recipe("finetune"), [
+        f"weights={folder}", "data=digits", "epochs=1", "steps_per_epoch=2", "batch_size=16",
+        "max_train_examples=64", "validation_split=0", "precision=float32", "warmup_steps=0"])
+    assert config["image_size"] is None, "--set weights=FOLDER trains at the checkpoint's own size"
+    metrics = training.train(config, tmp_path / "run", verbose=0)
+
+    assert metrics["input"] == {"image_size": list(size), "pixel_mean": pytest.approx(mean),
+                                "pixel_std": pytest.approx(std)}
+    train_kw, test_kw = built[0][2], built[-1][2]
+    assert built[0][2]["training"] and not test_kw["training"]
+    for kw in (train_kw, test_kw):
+        np.testing.assert_allclose(kw["pixel_mean"], mean)
+        np.testing.assert_allclose(kw["pixel_std"], std)
+    # The test pipeline's pixels against the checkpoint's own preprocessing, computed here with NumPy:
+    # the model's view of each image (resize, crop), then (x / 255 - mean) / std per channel.
+    split, image_size, _, test_ds = built[-1]
+    images = next(iter(test_ds))[0].numpy()
+    assert images.shape[1:] == (*size, 3)
+    view = np.asarray(model_view(split.images[: len(images)], size, test_kw["crop_fraction"], test_kw["interpolation"]),
+                      np.float64)
+    expected = (view / 255.0 - np.asarray(mean)) / np.asarray(std)
+    np.testing.assert_allclose(images, expected, atol=2e-5)
+    official = view / 127.5 - 1.0
+    assert np.abs(images - official).max() > 0.1, "the pipeline must not scale a DeiT/DINOv2/CLIP model to [-1, 1]"
+
+    model = keras.models.load_model(tmp_path / "run" / "model.keras")
+    assert tuple(model.image_size) == tuple(size) and model.classes == 10
+    np.testing.assert_allclose(model.pixel_mean, mean)
+    np.testing.assert_allclose(model.pixel_std, std)
+
+
+def test_the_pipeline_scales_with_the_statistics_it_is_given():
+    """make_dataset's scaling: [-1, 1] by default (unchanged), the given mean/std otherwise; a pipeline that
+    ignored them fails here."""
+    from keras_vit import data
+
+    images = np.arange(2 * 4 * 4 * 3, dtype=np.uint8).reshape(2, 4, 4, 3) * 2
+    split = data.Split(images, np.array([0, 1]), ["a", "b"], origin="test")
+    default = next(iter(data.make_dataset(split, 4, 2, training=False)))[0].numpy()
+    np.testing.assert_array_equal(default, images.astype(np.float32) / 127.5 - 1.0)
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    scaled = next(iter(data.make_dataset(split, 4, 2, training=False, pixel_mean=mean, pixel_std=std)))[0].numpy()
+    np.testing.assert_allclose(scaled, (images / 255.0 - np.array(mean)) / np.array(std), atol=1e-5)
+    import keras_vit
+
+    probe = type("Probe", (), {"pixel_mean": mean, "pixel_std": std})()  # preprocess_input reads only these
+    np.testing.assert_array_equal(scaled, keras_vit.preprocess_input(images, model=probe))  # training scales as serving
+    with pytest.raises(ValueError, match=r"pixel_mean and pixel_std take 3 values.*\(0\.5, 0\.5\)"):
+        data.make_dataset(split, 4, 2, training=False, pixel_mean=(0.5, 0.5))
+
+
+def test_cli_finetunes_a_hub_folder_at_its_own_size(tmp_path):
+    folder = HUB_FIXTURES["transformers_dinov2"]
+    size, mean, std = _checkpoint_preprocessing(folder)
+    result = _cli("train", str(ROOT / "recipes" / "finetune.py"), "--set", f"weights={folder}", "--set", "data=digits",
+                  "--set", "batch_size=16", "--set", "epochs=1", "--set", "steps_per_epoch=2", "--set", "warmup_steps=0",
+                  "--set", "max_train_examples=64", "--set", "validation_split=0", "--model-dir", str(tmp_path / "ft"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "the architecture is the checkpoint's own; ignoring model.variant='B/16'" in result.stderr
+    metrics = _metrics(tmp_path / "ft")
+    assert metrics["input"]["image_size"] == list(size)
+    np.testing.assert_allclose(metrics["input"]["pixel_mean"], mean)
+    np.testing.assert_allclose(metrics["input"]["pixel_std"], std)

@@ -16,22 +16,22 @@ distributions, precision), `optimizers` (AdamW / SGD and the warm-up schedule), 
 """
 
 from keras_vit.training.config import (
-    ALIASES, DEFAULTS, MODEL_KEYS, RECIPES_DIR, SECTIONS, apply_overrides, find_recipe, load_recipe, resolve_config,
-    shipped_recipes)
+    ALIASES, DEFAULTS, MODEL_KEYS, RECIPES_DIR, SECTIONS, apply_overrides, find_recipe, hub_checkpoint, load_recipe,
+    resolve_config, shipped_recipes)
 from keras_vit.training.distribution import (
     BF16_CPU_FLAGS, PRECISIONS, KerasDistribution, cluster_task, cpu_flags, get_distribution, get_strategy,
     resolve_precision, strategy_name)
 from keras_vit.training.keras_patches import TESTED_KERAS, apply_multi_worker_fix, check_keras_version
 from keras_vit.training.loop import (
-    BestModelCheckpoint, EpochCounter, build_model, compile_for_training, eval_view, prepare_data, train,
-    wrap_for_training)
+    TRAINING_MODEL_KEYS, BestModelCheckpoint, EpochCounter, build_model, compile_for_training, eval_view, prepare_data,
+    train, wrap_for_training)
 from keras_vit.training.optimizers import NO_DECAY, WarmupSchedule, build_optimizer
 
 __all__ = [
     "ALIASES", "BF16_CPU_FLAGS", "DEFAULTS", "MODEL_KEYS", "NO_DECAY", "PRECISIONS", "RECIPES_DIR", "SECTIONS",
-    "TESTED_KERAS", "BestModelCheckpoint", "EpochCounter", "KerasDistribution", "WarmupSchedule",
+    "TESTED_KERAS", "TRAINING_MODEL_KEYS", "BestModelCheckpoint", "EpochCounter", "KerasDistribution", "WarmupSchedule",
     "apply_multi_worker_fix", "apply_overrides", "build_model", "build_optimizer", "check_keras_version",
-    "cluster_task", "compile_for_training", "cpu_flags", "eval_view", "find_recipe", "get_distribution",
+    "cluster_task", "compile_for_training", "cpu_flags", "eval_view", "find_recipe", "get_distribution", "hub_checkpoint",
     "get_strategy", "load_recipe", "prepare_data", "resolve_config", "resolve_precision", "shipped_recipes",
     "strategy_name", "train", "wrap_for_training",
 ]

@@ -28,7 +28,7 @@ DEFAULTS = {
     "max_train_examples": None,  # a seeded random subset, for quick runs
     "strict": False,  # True: refuse a data set with unreadable image files instead of skipping them
     "class_weight": None,  # "balanced": each class's loss weighted by the inverse of its share
-    "image_size": 32,
+    "image_size": 32,  # None: the init checkpoint's own (a timm / transformers folder's, a .keras file's)
     # model: VisionTransformer arguments; `variant` ("B/16", ...) gives the sizes. None means
     # the variant's value, or VisionTransformer's default without a variant.
     "model": {
@@ -46,7 +46,9 @@ DEFAULTS = {
         "drop_path_rate": 0.0,
     },
     "init_checkpoint": None,  # .npz / .keras / .weights.h5 path or a released name ("imagenet21k"); --set init=PATH
-    #                          or --set weights=PATH
+    #                          or --set weights=PATH. A timm / transformers folder (config.json + model.safetensors)
+    #                          gives the whole model: its architecture, pixel mean/std (the data pipeline uses them),
+    #                          evaluation view and resampling; `--set weights=FOLDER` also takes its image size.
     # DeiT distillation (keras_vit.distill), on when a teacher is named: `--set teacher=PATH` (distill.teacher);
     # the model needs distillation=True. kind "hard" (the teacher's top class) or "soft" (KL at temperature);
     # alpha weighs the teacher's term; teacher_precision "auto" runs a keras-vit teacher in the training precision.
@@ -218,6 +220,8 @@ def apply_overrides(config: dict[str, Any], overrides: Iterable[str] | None) -> 
     """Applies ["key=value", "model.hidden_size=256", ...]; unknown keys list the valid ones.
 
     Each value is read as the type of the value it replaces; `config` itself is left as it was.
+    `weights=FOLDER` (a timm / transformers checkpoint, `hub_checkpoint`) without `image_size=` sets
+    image_size to None: the model trains at the checkpoint's own size.
 
     Example:
     >>> config = apply_overrides(load_recipe("digits"), ["epochs=2", "model.hidden_size=32"])
@@ -228,6 +232,7 @@ def apply_overrides(config: dict[str, Any], overrides: Iterable[str] | None) -> 
     ValueError: Unknown recipe key 'epoch' (did you mean 'epochs'?) in --set epoch=2.
     """
     config = copy.deepcopy(config)
+    changed = set()
     for item in overrides or ():
         if "=" not in item:
             raise ValueError(f"--set expects key=value, got {item!r}.")
@@ -236,10 +241,25 @@ def apply_overrides(config: dict[str, Any], overrides: Iterable[str] | None) -> 
         if key not in _valid_keys():
             raise ValueError(f"Unknown recipe key {_with_suggestion(key)} in --set {item}.")
         key = ALIASES.get(key, key)
+        changed.add(key)
         if key.split(".", 1)[0] in SECTIONS and "." in key:
             section, name = key.split(".", 1)
             config[section][name] = _parse_value(key, text, config[section].get(name))
         else:
             config[key] = _parse_value(key, text, config[key])
+    if "init_checkpoint" in changed and "image_size" not in changed and hub_checkpoint(config["init_checkpoint"]):
+        # --set weights=FOLDER fine-tunes the checkpoint at its own size, not at the recipe's (--set image_size=N)
+        config["image_size"] = None
     return config
+
+
+def hub_checkpoint(source: Any) -> bool:
+    """Whether `init_checkpoint` is a timm / transformers checkpoint (a hub folder holding config.json, or
+    a .safetensors file with its config.json beside it): `build_model` builds such a model from its own
+    config, at its own size unless image_size is set, with its pixel statistics and a new head."""
+    if not isinstance(source, (str, os.PathLike)):
+        return False
+    source = os.fspath(source)
+    return os.path.isfile(os.path.join(source, "config.json")) or (
+        source.endswith(".safetensors") and os.path.isfile(source))
 

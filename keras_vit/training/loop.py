@@ -23,6 +23,7 @@ import tensorflow as tf
 from keras_vit import report
 from keras_vit._files import atomic_path
 from keras_vit.augment import check_rand_augment
+from keras_vit.training.config import DEFAULTS, hub_checkpoint
 from keras_vit.training.distribution import (
     KerasDistribution, cluster_task, get_distribution, get_strategy, resolve_precision, strategy_name)
 from keras_vit.training.keras_patches import apply_multi_worker_fix
@@ -130,40 +131,87 @@ def prepare_data(config, model_dir=None, write_record=True):
     return train, validation, test
 
 
+def _saved_config(source):
+    """A `.keras` init checkpoint's model config ({} for anything else, or an unreadable file)."""
+    if not (isinstance(source, str) and source.endswith(".keras") and os.path.isfile(source)):
+        return {}
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(source) as z:
+            return json.loads(z.read("config.json")).get("config", {})
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        return {}
+
+
 def eval_view(config):
     """(crop_pct, interpolation): how evaluation (and the saved model's predict and exports) turn an
     image of any size into the model's input: the recipe's `eval_crop_fraction`, else the view a
     `.keras` init checkpoint carries (a timm checkpoint's crop_pct and interpolation, converted), else
-    the paper's plain resize (1.0, bilinear)."""
+    the paper's plain resize (1.0, bilinear). (A timm / transformers folder's model takes its own view.)"""
     from keras_vit.images import view_policy
 
-    source = config["init_checkpoint"]
-    saved = {}
-    if isinstance(source, str) and source.endswith(".keras") and os.path.isfile(source):
-        import zipfile
-
-        try:
-            with zipfile.ZipFile(source) as z:
-                saved = json.loads(z.read("config.json")).get("config", {})
-        except (OSError, KeyError, ValueError, zipfile.BadZipFile):
-            saved = {}
+    saved = _saved_config(config["init_checkpoint"])
     return view_policy(crop_pct=config["eval_crop_fraction"] or saved.get("crop_pct"),
                        interpolation=saved.get("interpolation"))
 
 
+# The model keys a timm / transformers checkpoint's own config does not decide: regularization for training.
+TRAINING_MODEL_KEYS = ("dropout_rate", "attention_dropout_rate", "drop_path_rate")
+
+
 def build_model(config, class_names):
+    """The model a run trains, built in the strategy's scope: from a timm / transformers checkpoint's own
+    config (`hub_checkpoint`), else from the recipe's model keys with `init_checkpoint`'s weights loaded.
+    The data pipeline then feeds it its own inputs: `model.image_size`, `model.pixel_mean`, `model.pixel_std`."""
     from keras_vit.models import VisionTransformer, create_model
 
+    if hub_checkpoint(config["init_checkpoint"]):
+        return _from_hub_checkpoint(config, class_names)
+    saved = _saved_config(config["init_checkpoint"])
+    image_size = config["image_size"] if config["image_size"] is not None else saved.get("image_size")
+    if image_size is None:
+        raise ValueError(f"image_size None means the init checkpoint's own size, which only a timm / transformers "
+                         f"folder or a .keras file records; init_checkpoint={config['init_checkpoint']!r}: set "
+                         "image_size (--set image_size=224).")
     kwargs = {k: v for k, v in config["model"].items() if v is not None and k != "variant"}
     crop_pct, interpolation = eval_view(config)
-    kwargs.update(image_size=config["image_size"], classes=len(class_names), class_names=class_names,
-                  classifier_activation=None, crop_pct=crop_pct, interpolation=interpolation)
+    # a .keras init checkpoint converted from timm / transformers keeps its pixel statistics
+    stats = {k: saved[k] for k in ("pixel_mean", "pixel_std") if saved.get(k) is not None}
+    kwargs.update(image_size=image_size, classes=len(class_names), class_names=class_names,
+                  classifier_activation=None, crop_pct=crop_pct, interpolation=interpolation, **stats)
     variant = config["model"].get("variant")
     model = create_model(variant, **kwargs) if variant else VisionTransformer(**kwargs)
     if config["init_checkpoint"]:
         from keras_vit.checkpoints import load_weights
 
         load_weights(model, config["init_checkpoint"], method=config["resample"])
+    return model
+
+
+def _from_hub_checkpoint(config, class_names):
+    """A timm / transformers checkpoint fine-tuned as timm does it: its architecture, numerics, pixel
+    statistics, evaluation view and position-embedding resampling; a new zero head for these classes."""
+    from keras_vit.pretrained import from_pretrained
+
+    source = os.fspath(config["init_checkpoint"])
+    ignored = [f"model.{k}={v!r}" for k, v in config["model"].items()
+               if k not in TRAINING_MODEL_KEYS and v is not None and v != DEFAULTS["model"].get(k)]
+    if ignored:
+        log.info("%s: the architecture is the checkpoint's own; ignoring %s", source, ", ".join(ignored))
+    overrides = {k: config["model"][k] for k in TRAINING_MODEL_KEYS if config["model"].get(k) is not None}
+    if config["image_size"] is not None:
+        overrides["image_size"] = config["image_size"]  # position embeddings resampled as the source's library does
+    if config["eval_crop_fraction"]:
+        overrides["crop_pct"] = config["eval_crop_fraction"]
+    model = from_pretrained(source, classes=len(class_names), class_names=list(class_names),
+                            classifier_activation=None, **overrides)
+    # A new head even when the checkpoint's has as many classes: its classes are not these.
+    for layer in model.layers:
+        if layer.name in ("head", "head_dist"):
+            layer.set_weights([np.zeros(w.shape, w.dtype) for w in layer.get_weights()])
+    log.info("fine-tuning %s at %dx%d, pixels normalized with mean %s and std %s, a new head for %d classes",
+             source, *model.image_size, tuple(model.pixel_mean), tuple(model.pixel_std), len(class_names))
     return model
 
 
@@ -299,22 +347,24 @@ def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, pr
     if batch % strategy.num_replicas_in_sync:
         raise ValueError(f"batch_size {batch} is not divisible by the {strategy.num_replicas_in_sync} replicas.")
     steps = config["steps_per_epoch"] or max(len(train_split) // batch, 1)
+    with strategy.scope():
+        model = build_model(config, class_names)
+    # The pipeline feeds the model its own inputs: its size, pixel statistics (a checkpoint's own) and view.
+    size, inputs = model.image_size, dict(pixel_mean=model.pixel_mean, pixel_std=model.pixel_std)
     aug = dict(crop=config["crop"], min_area=config["min_area"], pad=config["pad"], flip=config["flip"],
                randaugment=config["randaugment"], mixup=config["mixup"], cutmix=config["cutmix"])
-    train_ds = data_lib.make_dataset(train_split, config["image_size"], batch, training=True, seed=config["seed"],
-                                     repeat=True, **aug)
-    crop_pct, interpolation = eval_view(config)
-    eval_kw = dict(crop_fraction=crop_pct, interpolation=interpolation)
-    val_ds = (data_lib.make_dataset(val_split, config["image_size"], batch, training=False, **eval_kw)
+    train_ds = data_lib.make_dataset(train_split, size, batch, training=True, seed=config["seed"],
+                                     repeat=True, **aug, **inputs)
+    eval_kw = dict(crop_fraction=model.crop_pct, interpolation=model.interpolation, **inputs)
+    val_ds = (data_lib.make_dataset(val_split, size, batch, training=False, **eval_kw)
               if val_split is not None else None)
-    test_ds = data_lib.make_dataset(test_split, config["image_size"], batch, training=False, **eval_kw)
+    test_ds = data_lib.make_dataset(test_split, size, batch, training=False, **eval_kw)
     padded = isinstance(strategy, KerasDistribution) and strategy.num_replicas_in_sync > 1
     if padded:  # DataParallel splits every batch evenly over the devices, the last one too
         val_ds, test_ds = (_pad_batches(ds, strategy.num_replicas_in_sync) if ds is not None else None
                            for ds in (val_ds, test_ds))
 
     with strategy.scope():
-        model = build_model(config, class_names)
         compile_for_training(model, config, steps, padded=padded)
         fit_model = wrap_for_training(model, config, steps)  # the model, or the wrapper that trains it
     apply_multi_worker_fix(fit_model, strategy)
@@ -347,7 +397,7 @@ def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, pr
     details = {}
     if is_chief and config["objective"] == "classify":  # per class, confusions, the worst images: files
         details = report.end_of_run_report(
-            model, test_split, data_lib.make_dataset(test_split, config["image_size"], batch, training=False,
+            model, test_split, data_lib.make_dataset(test_split, size, batch, training=False,
                                                      with_index=True, **eval_kw), out_dir)
     metrics = {
         "objective": config["objective"],
@@ -366,6 +416,8 @@ def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, pr
         "precision": precision[0],
         "precision_reason": precision[1],
         "parameters": model.count_params(),
+        "input": {"image_size": list(size), "pixel_mean": list(inputs["pixel_mean"]),
+                  "pixel_std": list(inputs["pixel_std"])},
         "class_names": class_names,
         "class_counts": class_counts,
         "class_weight": class_weight,
