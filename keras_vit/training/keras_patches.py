@@ -102,7 +102,7 @@ def _patch_scalar_reduce():
             return tree.map_structure(reduce, values)
         return original(values, strategy, reduction)
 
-    reduce_per_replica._keras_vit_fix = True  # type: ignore[attr-defined]
+    reduce_per_replica._keras_vit_fix = True
     tf_trainer.reduce_per_replica = reduce_per_replica
 
 
