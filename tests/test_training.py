@@ -421,3 +421,40 @@ def test_cli_finetunes_a_hub_folder_at_its_own_size(tmp_path):
     assert metrics["input"]["image_size"] == list(size)
     np.testing.assert_allclose(metrics["input"]["pixel_mean"], mean)
     np.testing.assert_allclose(metrics["input"]["pixel_std"], std)
+
+
+def test_build_model_from_a_hub_checkpoint_at_a_set_size_keeps_its_statistics_and_gets_a_new_head():
+    """The Python route: init_checkpoint=FOLDER with image_size set resamples to that size; the recipe's
+    architecture keys are ignored, its regularization applies, the head is new (zeros) for these classes."""
+    folder = HUB_FIXTURES["timm_deit_distilled"]
+    _, mean, std = _checkpoint_preprocessing(folder)
+    config = training.resolve_config({"init_checkpoint": str(folder), "image_size": 48,
+                                      "model": {"variant": "B/16", "drop_path_rate": 0.1}})
+    model = training.build_model(config, ["a", "b", "c", "d", "e"])  # as many classes as the checkpoint's head
+    assert tuple(model.image_size) == (48, 48) and model.classes == 5 and model.class_names == ["a", "b", "c", "d", "e"]
+    assert model.drop_path_rate == 0.1 and model.distillation, "DeiT's architecture, the recipe's drop-path"
+    np.testing.assert_allclose(model.pixel_mean, mean)
+    np.testing.assert_allclose(model.pixel_std, std)
+    for name in ("head", "head_dist"):
+        assert all(not np.any(w) for w in model.get_layer(name).get_weights()), f"{name}: a new zero head"
+    plain = training.build_model(training.resolve_config({"init_checkpoint": str(DATA / "timm" / "timm_vit_token"),
+                                                          "image_size": None}), ["x", "y"])
+    assert tuple(plain.image_size) == (32, 32) and tuple(plain.pixel_mean) == (0.5, 0.5, 0.5)
+    with pytest.raises(ValueError, match=r"image_size None means the init checkpoint's own size.*'imagenet21k'"):
+        training.build_model(training.resolve_config({"init_checkpoint": "imagenet21k", "image_size": None}), ["x"])
+
+
+def test_a_keras_init_checkpoint_keeps_its_pixel_statistics(tmp_path):
+    """A .keras model converted from DeiT / DINOv2 fine-tunes with its own statistics, as a hub folder does."""
+    import keras_vit
+
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    keras_vit.VisionTransformer(image_size=16, patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
+                                classes=3, pixel_mean=mean, pixel_std=std).save(tmp_path / "init.keras")
+    config = training.resolve_config({"init_checkpoint": str(tmp_path / "init.keras"), "image_size": None,
+                                      "model": {"patch_size": 4, "hidden_size": 16, "num_layers": 1, "num_heads": 2,
+                                                "mlp_dim": 32}})
+    model = training.build_model(config, ["a", "b"])
+    assert tuple(model.image_size) == (16, 16)
+    np.testing.assert_allclose(model.pixel_mean, mean)
+    np.testing.assert_allclose(model.pixel_std, std)
