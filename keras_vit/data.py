@@ -707,9 +707,30 @@ def load_data(spec: str | os.PathLike, splits: Sequence[str] = ("train", "test")
 
 # --- preprocessing and augmentation, in the graph -------------------------------------
 
-def to_model_range(images: tf.Tensor) -> tf.Tensor:
-    """uint8 [0, 255] -> float32 [-1, 1], as keras_vit.preprocess_input."""
-    return scale_pixels(tf.cast(images, tf.float32))
+OFFICIAL_STATS = (0.5, 0.5, 0.5)  # mean and std of the official scaling: pixels to [-1, 1]
+
+
+def _checked_stats(pixel_mean, pixel_std):
+    mean, std = tuple(float(m) for m in pixel_mean), tuple(float(s) for s in pixel_std)
+    if len(mean) != 3 or len(std) != 3 or min(std) <= 0:
+        raise ValueError(f"pixel_mean and pixel_std take 3 values (R, G, B; std > 0), got {pixel_mean!r} and "
+                         f"{pixel_std!r}.")
+    return mean, std
+
+
+def to_model_range(images: tf.Tensor, pixel_mean: Sequence[float] = OFFICIAL_STATS,
+                   pixel_std: Sequence[float] = OFFICIAL_STATS) -> tf.Tensor:
+    """uint8 [0, 255] -> float32 model inputs, as `keras_vit.preprocess_input(x, model=model)`: [-1, 1]
+    (the official scaling) by default, else (x / 255 - pixel_mean) / pixel_std per channel, a
+    checkpoint's own statistics (ImageNet's for DeiT and DINOv2, CLIP's own for CLIP)."""
+    x = tf.cast(images, tf.float32)
+    mean, std = _checked_stats(pixel_mean, pixel_std)
+    if mean == OFFICIAL_STATS and std == OFFICIAL_STATS:
+        return scale_pixels(x)
+    # preprocess_input's arithmetic, so training and serving (exports, predict) scale alike to the last bit
+    scale = tf.constant([1.0 / (255.0 * s) for s in std], tf.float32)
+    offset = tf.constant([m / s for m, s in zip(mean, std)], tf.float32)
+    return x * scale - offset
 
 
 def inception_crop(image: tf.Tensor, size: Sequence[int], min_area: float = 0.05,
@@ -743,8 +764,13 @@ def make_dataset(split: Split, image_size: int | Sequence[int], batch_size: int,
                  flip: bool = True, randaugment: Sequence[float] | None = None, mixup: float = 0.0,
                  cutmix: float = 0.0, crop_fraction: float = 1.0, seed: int = 0, repeat: bool = False,
                  drop_remainder: bool | None = None, interpolation: str = "bilinear",
-                 with_index: bool = False) -> tf.data.Dataset:
-    """A batched tf.data pipeline of (images in [-1, 1], one-hot float labels) from a Split.
+                 with_index: bool = False, pixel_mean: Sequence[float] = OFFICIAL_STATS,
+                 pixel_std: Sequence[float] = OFFICIAL_STATS) -> tf.data.Dataset:
+    """A batched tf.data pipeline of (model inputs, one-hot float labels) from a Split.
+
+    The images are scaled as the model's inputs were normalized: [-1, 1] by default (the official
+    scaling), or (x / 255 - pixel_mean) / pixel_std with a checkpoint's own statistics (`to_model_range`;
+    a model's are `model.pixel_mean`, `model.pixel_std`).
 
     Training: shuffle (seeded), crop ("inception": area `min_area`-100%; "pad": reflect-pad
     and random crop; "none": resize), horizontal flips, optional RandAugment (num_ops,
@@ -760,6 +786,11 @@ def make_dataset(split: Split, image_size: int | Sequence[int], batch_size: int,
     """
     size = tuple(image_size) if not isinstance(image_size, int) else (image_size, image_size)
     num_classes = num_classes or len(split.class_names)
+    pixel_mean, pixel_std = _checked_stats(pixel_mean, pixel_std)  # here, not inside a traced map function
+
+    def scaled(image):
+        return to_model_range(image, pixel_mean, pixel_std)
+
     if len(split) == 0:
         raise ValueError(f"{split.origin}: no images; refusing to train or evaluate on zero examples.")
     if with_index and training:
@@ -792,7 +823,7 @@ def make_dataset(split: Split, image_size: int | Sequence[int], batch_size: int,
                 image = tf.image.random_flip_left_right(image)
             if randaugment:
                 image = rand_augment(tf.clip_by_value(image, 0, 255), num_ops, magnitude)
-            return to_model_range(tf.clip_by_value(image, 0, 255)), tf.one_hot(label, num_classes)
+            return scaled(tf.clip_by_value(image, 0, 255)), tf.one_hot(label, num_classes)
 
         ds = ds.map(augment, num_parallel_calls=AUTOTUNE)
         ds = ds.batch(batch_size, drop_remainder=True if drop_remainder is None else drop_remainder)
@@ -800,7 +831,7 @@ def make_dataset(split: Split, image_size: int | Sequence[int], batch_size: int,
             ds = ds.map(_batch_mixer(mixup, cutmix, seed), num_parallel_calls=AUTOTUNE)
     else:
         def view(image, label, *index):
-            image = to_model_range(center_resize(image, size, crop_fraction, interpolation))
+            image = scaled(center_resize(image, size, crop_fraction, interpolation))
             return (image, tf.one_hot(label, num_classes), *index)
 
         ds = ds.map(view, num_parallel_calls=AUTOTUNE)

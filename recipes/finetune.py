@@ -10,6 +10,12 @@ Inception crops and flips for training, resizing for evaluation.
     keras-vit train recipes/finetune.py --set init_checkpoint=ViT-B_16.npz
     keras-vit train recipes/finetune.py --set model.variant=L/16 --set data=tfds:cifar100
 Needs an accelerator for these sizes; on a CPU try --set model.variant=Ti/16 --set image_size=64.
+
+From a timm or transformers checkpoint (DeiT, DINOv2, CLIP, SigLIP, plain ViTs: a folder with
+config.json + model.safetensors) the model is the checkpoint's own, at its own size and with its own
+pixel mean/std in the data pipeline, and a new head for the data's classes:
+
+    keras-vit train recipes/finetune.py --set weights=FOLDER --set data=FOLDER_OF_PHOTOS
 """
 
 

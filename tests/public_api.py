@@ -21,6 +21,8 @@ NEXT_SECTION = re.compile(r"^[A-Z][A-Za-z ]*:\s*$")
 @functools.lru_cache(maxsize=None)
 def _module_tree(module):
     path = PACKAGE / (module.split(".", 1)[1].replace(".", "/") + ".py")
+    if not path.exists():  # a package: keras_vit.training is keras_vit/training/__init__.py
+        path = path.with_suffix("") / "__init__.py"
     return ast.parse(path.read_text(), filename=str(path))
 
 

@@ -15,14 +15,15 @@ PACKAGE = ROOT / "keras_vit"
 
 
 def _modules():
-    """{module name: path} of every module of the package, subpackages (keras_vit/formats/) included."""
-    modules = {}
-    for p in sorted(PACKAGE.rglob("*.py")):
-        parts = p.relative_to(PACKAGE).with_suffix("").parts
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        modules[".".join(("keras_vit",) + parts)] = p
-    return modules
+    """{dotted name: file} for every module of the package and its subpackages (keras_vit/training/...)."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        if not all((PACKAGE.joinpath(*parts[:i]) / "__init__.py").is_file() for i in range(1, len(parts))):
+            continue  # not a package's module (the recipes link, resources)
+        name = ".".join(("keras_vit",) + parts)
+        found[name.removesuffix(".__init__")] = path
+    return found
 
 
 def _imports(module, path):
@@ -117,7 +118,10 @@ FLOORS = {
     "keras_vit.formats": 3, "keras_vit.formats._assign": 3, "keras_vit.formats._torch": 3,
     "keras_vit.formats.official": 3, "keras_vit.formats.timm": 3, "keras_vit.formats.transformers": 3,
     "keras_vit.applications": 4, "keras_vit.data": 4,
-    "keras_vit.serving": 5, "keras_vit.onnx": 5, "keras_vit.export": 5, "keras_vit.training": 5,
+    "keras_vit.serving": 5, "keras_vit.onnx": 5, "keras_vit.export": 5,
+    # training/: config, distribution, optimizers and keras_patches below the loop; the package re-exports them all
+    "keras_vit.training.config": 5, "keras_vit.training.distribution": 5, "keras_vit.training.optimizers": 5,
+    "keras_vit.training.keras_patches": 5, "keras_vit.training.loop": 5, "keras_vit.training": 5,
     "keras_vit.visualize": 5, "keras_vit.fewshot": 5, "keras_vit.tflite_metadata": 5, "keras_vit.report": 5,
     "keras_vit.cli": 6,
 }

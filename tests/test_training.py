@@ -11,7 +11,7 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from conftest import DATA, ROOT
 from keras_vit import training
 
 DIGITS = str(ROOT / "recipes" / "digits.py")
@@ -195,6 +195,33 @@ def test_multi_worker_training_on_two_local_processes(tmp_path):
     assert worker_1["test_loss"] == pytest.approx(metrics["test_loss"]), "the replicas stayed in sync"
 
 
+def test_keras_patches_name_the_keras_version_they_were_not_tested_on(monkeypatch):
+    from keras.src.backend.tensorflow import trainer as tf_trainer
+
+    from keras_vit.training import keras_patches
+
+    assert keras_patches.check_keras_version(keras.__version__) is None, "the installed Keras is a tested one"
+    low, high = keras_patches.TESTED_KERAS
+    assert keras_patches.check_keras_version(f"{low[0]}.{low[1]}.0") is None
+    assert keras_patches.check_keras_version(f"{high[0]}.{high[1]}.9") is None
+    message = keras_patches.check_keras_version(f"{high[0]}.{high[1] + 1}.0")
+    assert f"this is Keras {high[0]}.{high[1] + 1}.0" in message and f"Keras {low[0]}.{low[1]} to" in message
+    assert "this is Keras 3.4.2" in keras_patches.check_keras_version("3.4.2")
+
+    mwms = type("CollectiveAllReduceStrategy", (), {})()  # the name is what the patches look at
+    model = keras.Sequential([keras.layers.Dense(1)])
+    assert keras_patches.apply_multi_worker_fix(model, object()) is False, "other strategies are left alone"
+    monkeypatch.setattr(tf_trainer, "reduce_per_replica", tf_trainer.reduce_per_replica)  # restored after the test
+    monkeypatch.setattr(keras, "__version__", "3.99.0")
+    with pytest.warns(RuntimeWarning, match=r"this is Keras 3\.99\.0"):
+        assert keras_patches.apply_multi_worker_fix(model, mwms) is True
+    assert tf_trainer.reduce_per_replica._keras_vit_fix
+    monkeypatch.delattr(tf_trainer, "reduce_per_replica")
+    with pytest.raises(RuntimeError, match=r"Keras 3\.99\.0 has no keras\.src\.backend\.tensorflow\.trainer"
+                                           r"\.reduce_per_replica"), pytest.warns(RuntimeWarning):
+        keras_patches.apply_multi_worker_fix(keras.Sequential([keras.layers.Dense(1)]), mwms)
+
+
 def _epochs_logged(path):
     if not path.exists():
         return []
@@ -285,3 +312,149 @@ def test_pretrain_recipe_runs_at_toy_scale(tmp_path):
     metrics = _metrics(tmp_path)
     assert (metrics["config"]["optimizer"], metrics["config"]["schedule"]) == ("adamw", "linear")
     assert metrics["config"]["model"]["dropout_rate"] == 0.1
+
+
+# Fine-tuning a timm / transformers checkpoint (issue 37 item 4): the pipeline feeds the model the checkpoint's
+# own size and pixel statistics, read here from the checkpoint's files, not from keras-vit.
+HUB_FIXTURES = {
+    "transformers_dinov2": DATA / "zoo" / "hf_dinov2",  # BitImageProcessor: ImageNet mean/std, 56 px
+    "timm_deit_distilled": DATA / "timm" / "timm_deit_distilled",  # timm's pretrained_cfg: ImageNet mean/std
+    "transformers_clip": DATA / "zoo" / "hf_clip_vision",  # CLIP's own mean/std
+}
+
+
+def _checkpoint_preprocessing(folder):
+    """(image size (H, W), mean, std) as the checkpoint's own library reads them from its files."""
+    config = json.loads((folder / "config.json").read_text())
+    if (folder / "preprocessor_config.json").exists():  # transformers: the image processor's settings
+        pre = json.loads((folder / "preprocessor_config.json").read_text())
+        vision = config.get("vision_config", config)
+        size = vision["image_size"]
+        return (size, size), pre["image_mean"], pre["image_std"]
+    cfg = config["pretrained_cfg"]  # timm
+    return tuple(cfg["input_size"][1:]), cfg["mean"], cfg["std"]
+
+
+def _recording_make_dataset(monkeypatch):
+    """Every pipeline train() builds, recorded: [(split, image_size, kwargs, dataset)]."""
+    from keras_vit import data
+
+    built, original = [], data.make_dataset
+
+    def make_dataset(split, image_size, batch_size, **kwargs):
+        ds = original(split, image_size, batch_size, **kwargs)
+        built.append((split, image_size, kwargs, ds))
+        return ds
+
+    monkeypatch.setattr(data, "make_dataset", make_dataset)
+    return built
+
+
+@pytest.mark.parametrize("name", sorted(HUB_FIXTURES))
+def test_finetune_from_a_hub_checkpoint_feeds_it_its_own_pixels(name, tmp_path, monkeypatch):
+    from keras_vit.images import model_view
+
+    folder = HUB_FIXTURES[name]
+    size, mean, std = _checkpoint_preprocessing(folder)
+    assert not np.allclose(mean, 0.5) or not np.allclose(std, 0.5), "a fixture whose stats are not [-1, 1]'s"
+    built = _recording_make_dataset(monkeypatch)
+    config = training.apply_overrides(training.load_recipe("finetune"), [
+        f"weights={folder}", "data=digits", "epochs=1", "steps_per_epoch=2", "batch_size=16",
+        "max_train_examples=64", "validation_split=0", "precision=float32", "warmup_steps=0"])
+    assert config["image_size"] is None, "--set weights=FOLDER trains at the checkpoint's own size"
+    metrics = training.train(config, tmp_path / "run", verbose=0)
+
+    assert metrics["input"] == {"image_size": list(size), "pixel_mean": pytest.approx(mean),
+                                "pixel_std": pytest.approx(std)}
+    train_kw, test_kw = built[0][2], built[-1][2]
+    assert built[0][2]["training"] and not test_kw["training"]
+    for kw in (train_kw, test_kw):
+        np.testing.assert_allclose(kw["pixel_mean"], mean)
+        np.testing.assert_allclose(kw["pixel_std"], std)
+    # The test pipeline's pixels against the checkpoint's own preprocessing, computed here with NumPy:
+    # the model's view of each image (resize, crop), then (x / 255 - mean) / std per channel.
+    split, image_size, _, test_ds = built[-1]
+    images = next(iter(test_ds))[0].numpy()
+    assert images.shape[1:] == (*size, 3)
+    view = np.asarray(model_view(split.images[: len(images)], size, test_kw["crop_fraction"], test_kw["interpolation"]),
+                      np.float64)
+    expected = (view / 255.0 - np.asarray(mean)) / np.asarray(std)
+    np.testing.assert_allclose(images, expected, atol=2e-5)
+    official = view / 127.5 - 1.0
+    assert np.abs(images - official).max() > 0.1, "the pipeline must not scale a DeiT/DINOv2/CLIP model to [-1, 1]"
+
+    model = keras.models.load_model(tmp_path / "run" / "model.keras")
+    assert tuple(model.image_size) == tuple(size) and model.classes == 10
+    np.testing.assert_allclose(model.pixel_mean, mean)
+    np.testing.assert_allclose(model.pixel_std, std)
+
+
+def test_the_pipeline_scales_with_the_statistics_it_is_given():
+    """make_dataset's scaling: [-1, 1] by default (unchanged), the given mean/std otherwise; a pipeline that
+    ignored them fails here."""
+    from keras_vit import data
+
+    images = np.arange(2 * 4 * 4 * 3, dtype=np.uint8).reshape(2, 4, 4, 3) * 2
+    split = data.Split(images, np.array([0, 1]), ["a", "b"], origin="test")
+    default = next(iter(data.make_dataset(split, 4, 2, training=False)))[0].numpy()
+    np.testing.assert_array_equal(default, images.astype(np.float32) / 127.5 - 1.0)
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    scaled = next(iter(data.make_dataset(split, 4, 2, training=False, pixel_mean=mean, pixel_std=std)))[0].numpy()
+    np.testing.assert_allclose(scaled, (images / 255.0 - np.array(mean)) / np.array(std), atol=1e-5)
+    import keras_vit
+
+    probe = type("Probe", (), {"pixel_mean": mean, "pixel_std": std})()  # preprocess_input reads only these
+    np.testing.assert_array_equal(scaled, keras_vit.preprocess_input(images, model=probe))  # training scales as serving
+    with pytest.raises(ValueError, match=r"pixel_mean and pixel_std take 3 values.*\(0\.5, 0\.5\)"):
+        data.make_dataset(split, 4, 2, training=False, pixel_mean=(0.5, 0.5))
+
+
+def test_cli_finetunes_a_hub_folder_at_its_own_size(tmp_path):
+    folder = HUB_FIXTURES["transformers_dinov2"]
+    size, mean, std = _checkpoint_preprocessing(folder)
+    result = _cli("train", str(ROOT / "recipes" / "finetune.py"), "--set", f"weights={folder}", "--set", "data=digits",
+                  "--set", "batch_size=16", "--set", "epochs=1", "--set", "steps_per_epoch=2", "--set", "warmup_steps=0",
+                  "--set", "max_train_examples=64", "--set", "validation_split=0", "--model-dir", str(tmp_path / "ft"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "the architecture is the checkpoint's own; ignoring model.variant='B/16'" in result.stderr
+    metrics = _metrics(tmp_path / "ft")
+    assert metrics["input"]["image_size"] == list(size)
+    np.testing.assert_allclose(metrics["input"]["pixel_mean"], mean)
+    np.testing.assert_allclose(metrics["input"]["pixel_std"], std)
+
+
+def test_build_model_from_a_hub_checkpoint_at_a_set_size_keeps_its_statistics_and_gets_a_new_head():
+    """The Python route: init_checkpoint=FOLDER with image_size set resamples to that size; the recipe's
+    architecture keys are ignored, its regularization applies, the head is new (zeros) for these classes."""
+    folder = HUB_FIXTURES["timm_deit_distilled"]
+    _, mean, std = _checkpoint_preprocessing(folder)
+    config = training.resolve_config({"init_checkpoint": str(folder), "image_size": 48,
+                                      "model": {"variant": "B/16", "drop_path_rate": 0.1}})
+    model = training.build_model(config, ["a", "b", "c", "d", "e"])  # as many classes as the checkpoint's head
+    assert tuple(model.image_size) == (48, 48) and model.classes == 5 and model.class_names == ["a", "b", "c", "d", "e"]
+    assert model.drop_path_rate == 0.1 and model.distillation, "DeiT's architecture, the recipe's drop-path"
+    np.testing.assert_allclose(model.pixel_mean, mean)
+    np.testing.assert_allclose(model.pixel_std, std)
+    for name in ("head", "head_dist"):
+        assert all(not np.any(w) for w in model.get_layer(name).get_weights()), f"{name}: a new zero head"
+    plain = training.build_model(training.resolve_config({"init_checkpoint": str(DATA / "timm" / "timm_vit_token"),
+                                                          "image_size": None}), ["x", "y"])
+    assert tuple(plain.image_size) == (32, 32) and tuple(plain.pixel_mean) == (0.5, 0.5, 0.5)
+    with pytest.raises(ValueError, match=r"image_size None means the init checkpoint's own size.*'imagenet21k'"):
+        training.build_model(training.resolve_config({"init_checkpoint": "imagenet21k", "image_size": None}), ["x"])
+
+
+def test_a_keras_init_checkpoint_keeps_its_pixel_statistics(tmp_path):
+    """A .keras model converted from DeiT / DINOv2 fine-tunes with its own statistics, as a hub folder does."""
+    import keras_vit
+
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    keras_vit.VisionTransformer(image_size=16, patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
+                                classes=3, pixel_mean=mean, pixel_std=std).save(tmp_path / "init.keras")
+    config = training.resolve_config({"init_checkpoint": str(tmp_path / "init.keras"), "image_size": None,
+                                      "model": {"patch_size": 4, "hidden_size": 16, "num_layers": 1, "num_heads": 2,
+                                                "mlp_dim": 32}})
+    model = training.build_model(config, ["a", "b"])
+    assert tuple(model.image_size) == (16, 16)
+    np.testing.assert_allclose(model.pixel_mean, mean)
+    np.testing.assert_allclose(model.pixel_std, std)
