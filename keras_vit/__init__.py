@@ -45,6 +45,7 @@ _EXPORTS = {
     "keras_vit.applications": ("decode_predictions", "imagenet_class_names", "load_image", "preprocess_input"),
     "keras_vit.export": ("export_model", "load_classifier"),
     "keras_vit.fewshot": ("fewshot_evaluate",),
+    "keras_vit.loading": ("load_model",),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 # The modules whose classes `.keras` files name (register_keras_serializable runs on import).
@@ -58,6 +59,7 @@ __all__ = sorted(_MODULE_OF) + ["__version__"]
 
 # Submodules reachable as attributes, as when __init__ imported them all (keras_vit.data.load_digits).
 _SUBMODULES = ("applications", "checkpoints", "config", "data", "export", "fewshot", "images", "interpolation", "layers",
+               "loading",
                "models", "posemb", "presets", "pretrained", "report", "serving", "stem", "training", "visualize")
 
 

@@ -5,6 +5,7 @@ only: the command line checks paths with it before TensorFlow loads."""
 import contextlib
 import difflib
 import os
+import re
 import shutil
 import tempfile
 
@@ -123,3 +124,20 @@ def missing_path(path, what, expected):
     near = nearest_path(path)
     return FileNotFoundError(f"{what} {path} does not exist" + (f" (did you mean {near}?)" if near else "")
                              + f"; {expected}.")
+
+
+# A Hugging Face repo id as from_pretrained takes it ("facebook/dinov2-small", "hf-hub:timm/..."), not a file.
+_HUB_NAME = re.compile(r"^(?:hf-hub:)?[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_FILE_SUFFIXES = (".keras", ".npz", ".safetensors", ".h5", ".tflite", ".onnx", ".bin", ".pth", ".pt", ".ckpt")
+
+
+def is_hub_name(path: str | os.PathLike) -> bool:
+    """Whether `path`, not on disk, reads as a Hugging Face hub name that `keras_vit.load_model` resolves
+    through huggingface_hub rather than a missing file (the CLI names a missing file at once).
+
+    Example:
+    >>> is_hub_name("facebook/dinov2-small"), is_hub_name("runs/digits/model.keras")
+    (True, False)
+    """
+    path = os.fspath(path)
+    return not os.path.exists(path) and bool(_HUB_NAME.match(path)) and not path.endswith(_FILE_SUFFIXES)

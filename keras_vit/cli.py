@@ -18,6 +18,9 @@ USER_ERRORS = (ValueError, TypeError, OSError, RuntimeError, ImportError)
 # typo is reported at once, with the nearest existing path. Standard library (and keras_vit's
 # standard-library modules) only.
 MODEL_FILES = "a .keras file (keras-vit train writes runs/<recipe>/model.keras)"
+# What keras_vit.load_model opens: export, visualize and fewshot take all of it.
+CHECKPOINTS = (f"{MODEL_FILES}, a timm / transformers hub folder (config.json + model.safetensors), "
+               "a .safetensors file, an official .npz or a Hugging Face hub name")
 IMAGE_FILES = "give image files (JPEG, PNG, GIF, BMP or WebP)"
 
 
@@ -40,6 +43,17 @@ def _require_checkpoint(path):
         raise missing_checkpoint(path)
 
 
+def _require_model(path, command):
+    """A missing local path is named before anything loads; a hub name ("facebook/dinov2-small") is left
+    to keras_vit.load_model, which resolves it through huggingface_hub."""
+    from keras_vit._files import is_hub_name
+
+    if path.endswith(".npz"):
+        _require_checkpoint(path)
+    if not is_hub_name(path):
+        _require(path, "model", f"{command} reads {CHECKPOINTS}")
+
+
 def _check_convert(args):
     _require_checkpoint(args.checkpoint)
 
@@ -50,7 +64,7 @@ def _check_predict(args):
 
 
 def _check_visualize(args):
-    _require(args.model, "model", f"visualize reads {MODEL_FILES}")
+    _require_model(args.model, "visualize")
     _require_images(args.image)
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise FileExistsError(f"--out {args.out} is a file; visualize writes a folder of figures: "
@@ -58,16 +72,13 @@ def _check_visualize(args):
 
 
 def _check_fewshot(args):
-    if args.model.endswith(".npz"):
-        _require_checkpoint(args.model)
-    _require(args.model, "model", f"fewshot reads {MODEL_FILES}, a timm / transformers hub folder (config.json + "
-             "model.safetensors), a .safetensors file or an official .npz")
+    _require_model(args.model, "fewshot")
 
 
 def _check_export(args):
     from keras_vit._files import export_format
 
-    _require(args.model, "model", f"export reads {MODEL_FILES}")
+    _require_model(args.model, "export")
     export_format(args.out, args.format)
 
 
@@ -153,7 +164,8 @@ def _predict(args):
 
 
 def _fewshot(args):
-    from keras_vit.fewshot import fewshot_evaluate, format_table, load_model, write_json
+    from keras_vit.fewshot import fewshot_evaluate, format_table, write_json
+    from keras_vit.loading import load_model
 
     model = load_model(args.model)
     result = fewshot_evaluate(model, args.data, shots=args.shots, seeds=args.seeds, holdout=args.holdout,

@@ -35,7 +35,7 @@ import numpy as np
 from keras_vit._files import EXPORT_FORMATS, atomic_path, export_format
 from keras_vit._common import refuse_unknown_keywords, to_pair
 from keras_vit.applications import preprocess_input, resize_images
-from keras_vit.checkpoints import load_keras_model
+from keras_vit.loading import load_model
 from keras_vit.data import load_image_set  # noqa: F401 (public here too)
 from keras_vit.tflite_metadata import add_metadata, output_tensor_names
 from keras_vit.serving import (  # noqa: F401 (public here too)
@@ -328,9 +328,8 @@ def _load_model(model):
     if not isinstance(model, (str, os.PathLike)):
         return model, getattr(model, "name", None)
     path = os.fspath(model)
-    if model_format(path) != "keras":
-        raise ValueError(f"{path}: export takes a Keras model (.keras file), not a {model_format(path)} export.")
-    return load_keras_model(path), path
+    # a .keras file, an official .npz, a hub folder or name: the one keras_vit.load_model
+    return load_model(path), path
 
 
 # Over 80 lines with its docstring (the CLI's --help and the README point here); the code is ~45.

@@ -13,7 +13,7 @@ count is repeated over seeds, reported as mean and spread.
 JPEG files, a download; or tfds:NAME, prepared by tensorflow-datasets.)
 
 Example:
->>> model = keras_vit.fewshot.load_model("saved_models/vit_digits/model.keras")
+>>> model = keras_vit.load_model("saved_models/vit_digits/model.keras")
 >>> result = keras_vit.fewshot_evaluate(model, "digits", shots=(1, 5), seeds=2, verbose=0)
 >>> result["shots"]["5"]["mean"] > 0.8   # test accuracy with 5 images per class
 True
@@ -34,6 +34,7 @@ from keras_vit._files import atomic_path
 from keras_vit.applications import preprocess_input
 from keras_vit.data import Split, load_data
 from keras_vit.images import model_view, view_policy
+from keras_vit.loading import load_model  # noqa: F401 (public here too: keras_vit.fewshot.load_model)
 
 if TYPE_CHECKING:
     import keras
@@ -121,20 +122,6 @@ def choose_l2(probe: LeastSquaresProbe, features: np.ndarray, labels: np.ndarray
     best = max(scores)
     l2 = max(l2 for l2, s in zip(l2_regs, scores) if s == best)
     return l2, best
-
-
-def load_model(path: str | os.PathLike) -> keras.Model:
-    """A model to evaluate: a keras-vit .keras file, or a checkpoint `from_pretrained` reads
-    (a timm / transformers hub folder or .safetensors, an official .npz)."""
-    from keras_vit.checkpoints import load_keras_model
-    from keras_vit.pretrained import from_pretrained
-
-    path = os.fspath(path)
-    if path.endswith(".keras"):
-        return load_keras_model(path)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"model {path} does not exist.")
-    return from_pretrained(path)
 
 
 def feature_model(model: keras.Model) -> keras.Model:
@@ -293,7 +280,7 @@ def fewshot_evaluate(model: keras.Model, data: str | os.PathLike | dict[str, Spl
             training images (named).
 
     Example:
-    >>> model = keras_vit.fewshot.load_model("saved_models/vit_digits/model.keras")
+    >>> model = keras_vit.load_model("saved_models/vit_digits/model.keras")
     >>> result = fewshot_evaluate(model, "digits", shots=(1, 5), seeds=2, verbose=0)
     >>> result["num_classes"], result["feature_dim"], sorted(result["shots"])
     (10, 64, ['1', '5'])

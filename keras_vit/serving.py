@@ -19,7 +19,7 @@ import numpy as np
 
 from keras_vit._common import refuse_unknown_keywords
 from keras_vit.applications import decode_predictions, preprocess_input, resize_images
-from keras_vit.checkpoints import load_keras_model
+from keras_vit.loading import load_model
 
 log = logging.getLogger("keras_vit")
 
@@ -285,7 +285,7 @@ def _keras_classifier(path):
     import keras
     import tensorflow as tf
 
-    model = float32_copy(load_keras_model(path))
+    model = float32_copy(load_model(path))
     graph = ServingGraph(model)
     if keras.backend.backend() == "tensorflow":
         # TensorFlow's own resize op: no converter reads this graph, and it does less work on large photos

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from keras_vit._files import atomic_path
+from keras_vit.loading import load_model
 
 if TYPE_CHECKING:
     import keras
@@ -502,19 +503,6 @@ def _model_inputs(paths, image_size, crop_pct=1.0, interpolation="bilinear", mod
         crop_pct, interpolation = view_policy(model)
     return np.stack([np.asarray(model_view(read_image(path), image_size, crop_pct, interpolation))
                      for path in paths])
-
-
-def load_model(path: str | os.PathLike) -> keras.Model:
-    """Loads a keras-vit `.keras` model file; errors name the file (`keras_vit.checkpoints.load_keras_model`).
-
-    Example:
-    >>> model = load_model("saved_models/vit_cifar10/model.keras")
-    >>> model.image_size, model.class_names[:2]
-    ((32, 32), ['airplane', 'automobile'])
-    """
-    from keras_vit.checkpoints import load_keras_model
-
-    return load_keras_model(path)
 
 
 def _write_json(path, data):
