@@ -454,6 +454,8 @@ def test_a_keras_init_checkpoint_keeps_its_pixel_statistics(tmp_path):
     config = training.resolve_config({"init_checkpoint": str(tmp_path / "init.keras"), "image_size": None,
                                       "model": {"patch_size": 4, "hidden_size": 16, "num_layers": 1, "num_heads": 2,
                                                 "mlp_dim": 32}})
+    planned = training.model_input(config)  # what the pipeline feeds it: decided before the model is built
+    assert (planned["image_size"], planned["pixel_mean"], planned["pixel_std"]) == ((16, 16), mean, std)
     model = training.build_model(config, ["a", "b"])
     assert tuple(model.image_size) == (16, 16)
     np.testing.assert_allclose(model.pixel_mean, mean)
