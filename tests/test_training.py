@@ -52,6 +52,11 @@ def test_recipes_resolve_and_unknown_keys_list_the_valid_ones():
     assert changed["randaugment"] == (2, 9) and changed["init_checkpoint"] == "ViT-B_16.npz"
 
 
+def test_set_crop_none_is_the_resize_only_crop_not_none():
+    config = training.apply_overrides(training.load_recipe("digits"), ["crop=none", "data=none"])
+    assert config["crop"] == "none" and config["data"] is None, "other strings still read none as None"
+
+
 def test_warmup_then_cosine_or_linear_decay():
     cosine = training.WarmupSchedule(1.0, warmup_steps=10, total_steps=110)
     values = [float(cosine(s)) for s in (0, 5, 10, 60, 110, 200)]
