@@ -52,6 +52,11 @@ def test_recipes_resolve_and_unknown_keys_list_the_valid_ones():
     assert changed["randaugment"] == (2, 9) and changed["init_checkpoint"] == "ViT-B_16.npz"
 
 
+def test_set_crop_none_is_the_resize_only_crop_not_none():
+    config = training.apply_overrides(training.load_recipe("digits"), ["crop=none", "data=none"])
+    assert config["crop"] == "none" and config["data"] is None, "other strings still read none as None"
+
+
 def test_warmup_then_cosine_or_linear_decay():
     cosine = training.WarmupSchedule(1.0, warmup_steps=10, total_steps=110)
     values = [float(cosine(s)) for s in (0, 5, 10, 60, 110, 200)]
@@ -454,6 +459,8 @@ def test_a_keras_init_checkpoint_keeps_its_pixel_statistics(tmp_path):
     config = training.resolve_config({"init_checkpoint": str(tmp_path / "init.keras"), "image_size": None,
                                       "model": {"patch_size": 4, "hidden_size": 16, "num_layers": 1, "num_heads": 2,
                                                 "mlp_dim": 32}})
+    planned = training.model_input(config)  # what the pipeline feeds it: decided before the model is built
+    assert (planned["image_size"], planned["pixel_mean"], planned["pixel_std"]) == ((16, 16), mean, std)
     model = training.build_model(config, ["a", "b"])
     assert tuple(model.image_size) == (16, 16)
     np.testing.assert_allclose(model.pixel_mean, mean)

@@ -23,8 +23,8 @@ from keras_vit.training.distribution import (
     resolve_precision, strategy_name)
 from keras_vit.training.keras_patches import TESTED_KERAS, apply_multi_worker_fix, check_keras_version
 from keras_vit.training.loop import (
-    TRAINING_MODEL_KEYS, BestModelCheckpoint, EpochCounter, build_model, compile_for_training, eval_view, prepare_data,
-    train, wrap_for_training)
+    TRAINING_MODEL_KEYS, BestModelCheckpoint, EpochCounter, build_model, compile_for_training, eval_view, model_input,
+    prepare_data, train, wrap_for_training)
 from keras_vit.training.optimizers import NO_DECAY, WarmupSchedule, build_optimizer
 
 __all__ = [
@@ -32,7 +32,7 @@ __all__ = [
     "TESTED_KERAS", "TRAINING_MODEL_KEYS", "BestModelCheckpoint", "EpochCounter", "KerasDistribution", "WarmupSchedule",
     "apply_multi_worker_fix", "apply_overrides", "build_model", "build_optimizer", "check_keras_version",
     "cluster_task", "compile_for_training", "cpu_flags", "eval_view", "find_recipe", "get_distribution", "hub_checkpoint",
-    "get_strategy", "load_recipe", "prepare_data", "resolve_config", "resolve_precision", "shipped_recipes",
+    "get_strategy", "load_recipe", "model_input", "prepare_data", "resolve_config", "resolve_precision", "shipped_recipes",
     "strategy_name", "train", "wrap_for_training",
 ]
 

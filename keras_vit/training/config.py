@@ -92,6 +92,8 @@ DEFAULTS = {
 MODEL_KEYS = ("variant", "image_size", "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim",
               "classifier", "representation_size", "resnet", "dropout_rate", "attention_dropout_rate",
               "drop_path_rate", "pooling", "approximate_gelu", "attention_implementation", "distillation")
+# Keys for which "none" is a value, not None: `--set crop=none` (resize only).
+NONE_IS_A_NAME = ("crop",)
 # Recipe sections set key by key (`--set distill.kind=soft`); the model's keys are MODEL_KEYS.
 SECTIONS = ("model", "distill", "mpp")
 # Short names for --set: `--set teacher=PATH`, `--set init=PATH` (or `weights=PATH`, keras.applications' word).
@@ -201,7 +203,7 @@ def _parse_value(key, text, current):
                 return None
             raise ValueError(f"--set {key}={text}: expected a number.") from None
     if isinstance(current, str):
-        return None if text.lower() == "none" else text
+        return None if text.lower() == "none" and key not in NONE_IS_A_NAME else text
     value = literal()
     return None if value == "None" else value
 

@@ -160,26 +160,36 @@ def eval_view(config):
 TRAINING_MODEL_KEYS = ("dropout_rate", "attention_dropout_rate", "drop_path_rate")
 
 
-def build_model(config, class_names):
-    """The model a run trains, built in the strategy's scope: from a timm / transformers checkpoint's own
-    config (`hub_checkpoint`), else from the recipe's model keys with `init_checkpoint`'s weights loaded.
-    The data pipeline then feeds it its own inputs: `model.image_size`, `model.pixel_mean`, `model.pixel_std`."""
-    from keras_vit.models import VisionTransformer, create_model
+def model_input(config):
+    """What the data pipeline feeds a model built from the recipe's keys (not a timm / transformers folder,
+    whose model decides): {image_size, pixel_mean, pixel_std, crop_pct, interpolation}. The recipe's
+    image_size (None: a .keras init checkpoint's), that checkpoint's pixel statistics (one converted from
+    DeiT or DINOv2 keeps ImageNet's), else the official [-1, 1] scaling; `eval_view`'s crop."""
+    from keras_vit.data import OFFICIAL_STATS
 
-    if hub_checkpoint(config["init_checkpoint"]):
-        return _from_hub_checkpoint(config, class_names)
     saved = _saved_config(config["init_checkpoint"])
     image_size = config["image_size"] if config["image_size"] is not None else saved.get("image_size")
     if image_size is None:
         raise ValueError(f"image_size None means the init checkpoint's own size, which only a timm / transformers "
                          f"folder or a .keras file records; init_checkpoint={config['init_checkpoint']!r}: set "
                          "image_size (--set image_size=224).")
-    kwargs = {k: v for k, v in config["model"].items() if v is not None and k != "variant"}
     crop_pct, interpolation = eval_view(config)
-    # a .keras init checkpoint converted from timm / transformers keeps its pixel statistics
-    stats = {k: saved[k] for k in ("pixel_mean", "pixel_std") if saved.get(k) is not None}
-    kwargs.update(image_size=image_size, classes=len(class_names), class_names=class_names,
-                  classifier_activation=None, crop_pct=crop_pct, interpolation=interpolation, **stats)
+    image_size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
+    return dict(image_size=image_size, pixel_mean=tuple(saved.get("pixel_mean") or OFFICIAL_STATS),
+                pixel_std=tuple(saved.get("pixel_std") or OFFICIAL_STATS), crop_pct=crop_pct,
+                interpolation=interpolation)
+
+
+def build_model(config, class_names):
+    """The model a run trains, built in the strategy's scope: from a timm / transformers checkpoint's own
+    config (`hub_checkpoint`), else from the recipe's model keys (at `model_input`'s size and statistics)
+    with `init_checkpoint`'s weights loaded."""
+    from keras_vit.models import VisionTransformer, create_model
+
+    if hub_checkpoint(config["init_checkpoint"]):
+        return _from_hub_checkpoint(config, class_names)
+    kwargs = {k: v for k, v in config["model"].items() if v is not None and k != "variant"}
+    kwargs.update(model_input(config), classes=len(class_names), class_names=class_names, classifier_activation=None)
     variant = config["model"].get("variant")
     model = create_model(variant, **kwargs) if variant else VisionTransformer(**kwargs)
     if config["init_checkpoint"]:
@@ -347,15 +357,22 @@ def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, pr
     if batch % strategy.num_replicas_in_sync:
         raise ValueError(f"batch_size {batch} is not divisible by the {strategy.num_replicas_in_sync} replicas.")
     steps = config["steps_per_epoch"] or max(len(train_split) // batch, 1)
-    with strategy.scope():
-        model = build_model(config, class_names)
     # The pipeline feeds the model its own inputs: its size, pixel statistics (a checkpoint's own) and view.
-    size, inputs = model.image_size, dict(pixel_mean=model.pixel_mean, pixel_std=model.pixel_std)
+    # A timm / transformers checkpoint decides them: its model is built first; other models after the data,
+    # as always (the order the seeded random streams are drawn in).
+    model = None
+    if hub_checkpoint(config["init_checkpoint"]):
+        with strategy.scope():
+            model = build_model(config, class_names)
+    view = (dict(image_size=model.image_size, pixel_mean=model.pixel_mean, pixel_std=model.pixel_std,
+                 crop_pct=model.crop_pct, interpolation=model.interpolation) if model is not None
+            else model_input(config))
+    size, inputs = view["image_size"], dict(pixel_mean=view["pixel_mean"], pixel_std=view["pixel_std"])
     aug = dict(crop=config["crop"], min_area=config["min_area"], pad=config["pad"], flip=config["flip"],
                randaugment=config["randaugment"], mixup=config["mixup"], cutmix=config["cutmix"])
     train_ds = data_lib.make_dataset(train_split, size, batch, training=True, seed=config["seed"],
                                      repeat=True, **aug, **inputs)
-    eval_kw = dict(crop_fraction=model.crop_pct, interpolation=model.interpolation, **inputs)
+    eval_kw = dict(crop_fraction=view["crop_pct"], interpolation=view["interpolation"], **inputs)
     val_ds = (data_lib.make_dataset(val_split, size, batch, training=False, **eval_kw)
               if val_split is not None else None)
     test_ds = data_lib.make_dataset(test_split, size, batch, training=False, **eval_kw)
@@ -365,6 +382,8 @@ def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, pr
                            for ds in (val_ds, test_ds))
 
     with strategy.scope():
+        if model is None:
+            model = build_model(config, class_names)
         compile_for_training(model, config, steps, padded=padded)
         fit_model = wrap_for_training(model, config, steps)  # the model, or the wrapper that trains it
     apply_multi_worker_fix(fit_model, strategy)
