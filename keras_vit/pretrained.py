@@ -174,12 +174,11 @@ def load_state_dict(model, tensors, fmt, *, source="the checkpoint", qkv_bias=Tr
     """
     if fmt not in ("timm", "transformers"):
         raise ValueError(f"Unknown state-dict format {fmt!r}; use 'timm' or 'transformers'.")
-    if fmt == "transformers":
+    if fmt == "transformers":  # the bare model's names; a full CLIP's text side reported as dropped
         skipped = sorted(k for k in tensors if k.startswith(transformers.SKIPPED))
         tensors = transformers.strip_prefix(tensors)
-        table: Any = transformers.TransformersTable(model, transformers.naming(tensors), qkv_bias, skipped)
-    else:
-        table = timm.TimmTable(model, qkv_bias)
+    table = (transformers.TransformersTable(model, transformers.naming(tensors), qkv_bias, skipped)
+             if fmt == "transformers" else timm.TimmTable(model, qkv_bias))
     return load_into(model, table, ArraySource.of(tensors), source=f"{fmt} checkpoint {source}", name=source,
                      resample=resample)
 
