@@ -104,6 +104,7 @@ def _locate(path):
     config = read_json(config_path)
     return _detect_format(config, config_path), config, files
 
+
 def _detect_format(config, where):
     if timm.claims(config):
         return "timm"
@@ -154,10 +155,6 @@ class _Checkpoint:
             self.archive.close()
 
 
-def _read_checkpoint(path):
-    return _Checkpoint(path)
-
-
 # -- loading -------------------------------------------------------------------------------
 
 @refuse_unknown_keywords
@@ -174,12 +171,12 @@ def load_state_dict(model, tensors, fmt, *, source="the checkpoint", qkv_bias=Tr
     """
     if fmt not in ("timm", "transformers"):
         raise ValueError(f"Unknown state-dict format {fmt!r}; use 'timm' or 'transformers'.")
-    if fmt == "transformers":
+    skipped = []
+    if fmt == "transformers":  # the bare model's names; a full CLIP's text side reported as dropped
         skipped = sorted(k for k in tensors if k.startswith(transformers.SKIPPED))
         tensors = transformers.strip_prefix(tensors)
-        table: Any = transformers.TransformersTable(model, transformers.naming(tensors), qkv_bias, skipped)
-    else:
-        table = timm.TimmTable(model, qkv_bias)
+    table = (transformers.TransformersTable(model, transformers.naming(tensors), qkv_bias, skipped)
+             if fmt == "transformers" else timm.TimmTable(model, qkv_bias))
     return load_into(model, table, ArraySource.of(tensors), source=f"{fmt} checkpoint {source}", name=source,
                      resample=resample)
 
@@ -203,7 +200,7 @@ def load_pretrained(model: keras.Model, path: str | os.PathLike, *, resample: st
     >>> len(report["loaded"]), report["resampled"], report["dropped"]
     (32, ['position embeddings 4x4 -> 6x6 (torch_bicubic_antialias)'], [])
     """
-    with _read_checkpoint(path) as checkpoint:
+    with _Checkpoint(path) as checkpoint:
         fmt, args = checkpoint.format, checkpoint.args
         if fmt == "official":
             return checkpoint.load(model, resample or "official")
@@ -261,7 +258,7 @@ def from_pretrained(path: str | os.PathLike, *, resample: str | None = None, var
     from keras_vit.models import vit_keywords
 
     check_keywords(overrides, vit_keywords() | {"resample", "variant"}, "from_pretrained")
-    with _read_checkpoint(path) as checkpoint:
+    with _Checkpoint(path) as checkpoint:
         return _build_and_load(checkpoint, path, resample, variant, overrides)
 
 

@@ -28,6 +28,9 @@ POSEMB_PATH = "patch_encoder/pos_embedding"
 HEAD_PATHS = ("head/", "head_dist/")
 # A load report's lists as its log line words them: "kept" are the model's own variables (its head),
 # which nothing from the checkpoint was loaded into.
+# One planned assignment: (variable, source key, packed part, how): how is None (as stored), the old grid
+# of position embeddings to resample, or "zero" (key None: a bias the source has none of).
+Step = tuple[Any, Any, Any, Any]
 _CHANGE_LABELS = {"kept": "not loaded (the model keeps its own)", "dropped": "dropped", "resampled": "resampled"}
 
 
@@ -110,11 +113,12 @@ class KeyTable:
 
 
 def plan(model: keras.Model, table: KeyTable, shapes: dict[str, tuple[int, ...]], *, source: str,
-         resample: str) -> tuple[list[tuple[Any, str | None, Any, Any]], dict[str, Any]]:
+         resample: str) -> tuple[list[Step], dict[str, Any]]:
     """Every variable's step ((variable, key, part, how): how is None, an old grid to resample from, or
     "zero") and the report, or a ValueError naming `source`, keys and shapes; nothing is assigned."""
     report = table.new_report()
-    steps, missing, mismatched, expected = [], [], [], set()
+    steps: list[Step] = []
+    missing, mismatched, expected = [], [], set()
     for variable in model.weights:
         key, part = table.key(variable.path)
         if key is None:

@@ -310,7 +310,7 @@ def args_from_shapes(index, path):
     mlp = next((s for k, s in shapes.items() if re.search(r"/MlpBlock_\d/Dense_0/kernel$", k)), None)
     if not blocks or query is None or mlp is None or "embedding/kernel" not in shapes:
         raise ValueError(f"{path} is not a ViT checkpoint in the official layout (no Transformer/encoderblock_*).")
-    units: dict[int, int] = {}
+    units = {}
     for k in shapes:
         m = re.match(r"block(\d+)/unit(\d+)/", k)
         if m:
