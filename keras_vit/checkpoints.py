@@ -24,7 +24,7 @@ import numpy as np
 
 from keras_vit._common import check_keywords, describe_misfit, refuse_unknown_keywords
 from keras_vit._files import atomic_path
-from keras_vit.models import VisionTransformer, create_model, register_weights_loader, vit_keywords
+from keras_vit.models import VisionTransformer, create_model, vit_keywords
 from keras_vit.presets import (DEFAULT_WEIGHTS_URL, NAMED_WEIGHTS, PRESETS, WEIGHTS_URL_ENV, missing_checkpoint,
                                weights_url)
 # copy_weights lives with the resampling it needs; checkpoints re-exports it.
@@ -535,7 +535,3 @@ def from_official_config(config, image_size=224, **kwargs):
     )
     args.update(kwargs)
     return VisionTransformer(**args)
-
-
-# VisionTransformer(weights=...) loads through this module.
-register_weights_loader(load_weights)
