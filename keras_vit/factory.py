@@ -44,7 +44,7 @@ def create_model(variant: str, *, weights: str | None = None, name: str | None =
     >>> create_model("Ti/16", image_size=384, classes=10).count_params()
     5599306
     """
-    check_keywords(fields, vit_keywords() - {"config"}, "create_model")
+    check_keywords(fields, vit_keywords(), "create_model")
     trainable = {key: fields.pop(key) for key in MODEL_KEYWORDS if key in fields}
     model = VisionTransformer(ViTConfig.from_preset(variant, **fields), name=name, input_tensor=input_tensor,
                               **trainable)
@@ -56,7 +56,7 @@ def create_model(variant: str, *, weights: str | None = None, name: str | None =
 def _application(variant, include_top=True, weights=None, input_tensor=None, input_shape=None, pooling=None,
                  classes=1000, classifier_activation="softmax", name=None, **kwargs):
     """The one builder behind the keras.applications-style constructors."""
-    check_keywords(kwargs, (vit_keywords() - {"config"}) | keywords_of(_application), PRESETS[variant].constructor)
+    check_keywords(kwargs, vit_keywords() | keywords_of(_application), PRESETS[variant].constructor)
     if input_shape is None:
         input_shape = tuple(input_tensor.shape[1:]) if input_tensor is not None else (224, 224, 3)
     input_shape = tuple(input_shape)

@@ -315,8 +315,8 @@ for _field in dataclasses.fields(ViTConfig):
 
 @functools.lru_cache(maxsize=1)
 def vit_keywords():
-    """Every keyword `VisionTransformer` takes; what the functions that pass theirs on check against."""
-    return frozenset(keywords_of(VisionTransformer.__init__) | field_names() | set(MODEL_KEYWORDS))
+    """Every keyword `VisionTransformer` takes but `config`: what the functions that pass fields on check against."""
+    return frozenset((keywords_of(VisionTransformer.__init__) - {"config"}) | field_names() | set(MODEL_KEYWORDS))
 
 
 def _input_channels(input_tensor):
@@ -432,6 +432,6 @@ def create_model(variant: str, **kwargs: Any) -> VisionTransformer:
     >>> create_model("Ti/16", image_size=384, classes=10).count_params()
     5599306
     """
-    check_keywords(kwargs, vit_keywords() - {"config"}, "create_model")
+    check_keywords(kwargs, vit_keywords(), "create_model")
     model_kwargs = {key: kwargs.pop(key) for key in ("name", "input_tensor", *MODEL_KEYWORDS) if key in kwargs}
     return VisionTransformer(ViTConfig.from_preset(variant, **kwargs), **model_kwargs)
