@@ -35,9 +35,9 @@ _EXPORTS = {
     "keras_vit.layers": ("Attention", "AttentionPool", "DropPath", "Patches", "PatchEncoder", "TransformerBlock"),
     "keras_vit.stem": ("BottleneckUnit", "StdConv2D"),
     "keras_vit.config": ("ViTConfig",),
-    "keras_vit.models": ("VARIANTS", "R26ViTB32", "R26ViTS32", "R50ViTB16", "R50ViTL32", "RViTTi16", "ViTB8",
-                         "ViTB16", "ViTB32", "ViTH14", "ViTL16", "ViTL32", "ViTS16", "ViTS32", "ViTTi16",
-                         "VisionTransformer", "create_model"),
+    "keras_vit.models": ("VARIANTS", "VisionTransformer"),
+    "keras_vit.factory": ("R26ViTB32", "R26ViTS32", "R50ViTB16", "R50ViTL32", "RViTTi16", "ViTB8", "ViTB16", "ViTB32",
+                          "ViTH14", "ViTL16", "ViTL32", "ViTS16", "ViTS32", "ViTTi16", "create_model"),
     "keras_vit.posemb": ("resample_patch_embedding", "resample_position_embeddings", "with_image_size",
                          "with_patch_size"),
     "keras_vit.checkpoints": ("load_official_npz", "save_official_npz"),
@@ -50,31 +50,26 @@ _EXPORTS = {
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 # The modules whose classes `.keras` files name (register_keras_serializable runs on import).
 _SERIALIZABLES = ("keras_vit.layers", "keras_vit.stem", "keras_vit.models", "keras_vit.training")
-# keras_vit.checkpoints registers the loader behind `weights=` with the models when imported:
-# whatever the package hands out comes with it.
-_WITH_LOADER = "keras_vit.checkpoints"
 
 __all__ = sorted(_MODULE_OF) + ["__version__"]
 
 
 # Submodules reachable as attributes, as when __init__ imported them all (keras_vit.data.load_digits).
-_SUBMODULES = ("applications", "checkpoints", "config", "data", "export", "fewshot", "images", "interpolation", "layers",
-               "loading",
-               "models", "posemb", "presets", "pretrained", "report", "serving", "stem", "training", "visualize")
+_SUBMODULES = ("applications", "checkpoints", "config", "data", "export", "factory", "fewshot", "images", "interpolation",
+               "layers", "loading", "models", "posemb", "presets", "pretrained", "report", "serving", "stem", "training",
+               "visualize")
 
 
 def __getattr__(name):
     if name in _SUBMODULES:
         module = importlib.import_module(f"keras_vit.{name}")  # the import sets the attribute too
         if name not in ("interpolation", "presets"):
-            importlib.import_module(_WITH_LOADER)
             _register_serializables()
         return module
     module = _MODULE_OF.get(name)
     if module is None:
         raise AttributeError(f"module 'keras_vit' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
-    importlib.import_module(_WITH_LOADER)
     _register_serializables()
     globals()[name] = value  # later lookups skip __getattr__
     return value

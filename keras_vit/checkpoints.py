@@ -4,9 +4,8 @@
 The formats themselves live in keras_vit/formats/ (official.py holds the .npz name table, its reader
 and writer; every format loads through formats/_assign.py's one plan-then-assign pass); this module
 re-exports their public names where callers look. `load_weights` (a released name from
-keras_vit/presets.py, an .npz, a .keras or a .weights.h5) is registered with keras_vit.models on
-import, so `VisionTransformer(weights=...)` calls it without models importing this module;
-`load_keras_model` is the one way keras-vit opens a `.keras` file.
+keras_vit/presets.py, an .npz, a .keras or a .weights.h5) is what keras_vit/factory.py's `weights=`
+calls; `load_keras_model` is the one way keras-vit opens a `.keras` file.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from keras_vit.formats._torch import PICKLE_SUFFIXES, refuse_pickle
 from keras_vit.formats.official import (LAYOUTS, POSEMB_KEY, from_official_config, load_archive,  # noqa: F401
                                         load_official_npz, official_key, open_checkpoint, read_npz_index,
                                         save_official_npz)
-from keras_vit.models import VisionTransformer, create_model, register_weights_loader
+from keras_vit.models import VisionTransformer, create_model
 # copy_weights lives with the resampling it needs; checkpoints re-exports it.
 from keras_vit.posemb import copy_weights  # noqa: F401
 from keras_vit.posemb import stored_grid
@@ -217,5 +216,3 @@ def convert_checkpoint(checkpoint, out, *, variant, image_size=224, classes=1000
     return out
 
 
-# VisionTransformer(weights=...) loads through this module.
-register_weights_loader(load_weights)

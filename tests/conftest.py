@@ -78,13 +78,18 @@ def _fresh_keras_state():
     keras.mixed_precision.set_global_policy("float32")
 
 
-def tiny_vit(**overrides):
-    """A small ViT for fast tests: 32x32 images, 8x8 patches, 2 blocks of width 32."""
+def tiny_vit(weights=None, **overrides):
+    """A small ViT for fast tests: 32x32 images, 8x8 patches, 2 blocks of width 32; `weights` loaded as
+    keras_vit.create_model loads them (the model class itself takes none)."""
     import keras_vit
+    from keras_vit.checkpoints import load_weights
 
     config = dict(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64, classes=7)
     config.update(overrides)
-    return keras_vit.VisionTransformer(**config)
+    model = keras_vit.VisionTransformer(**config)
+    if weights is not None:
+        load_weights(model, weights)
+    return model
 
 
 def randomize(model, seed=0):

@@ -57,7 +57,7 @@ def test_every_preset_has_its_explicit_constructor():
 
     for variant, preset in PRESETS.items():
         constructor = getattr(keras_vit, preset.constructor)
-        assert inspect.isfunction(constructor) and constructor.__module__ == "keras_vit.models"
+        assert inspect.isfunction(constructor) and constructor.__module__ == "keras_vit.factory"
         assert f"ViT-{variant.split('+')[-1]}" in constructor.__doc__.splitlines()[0]
         # each constructor's own example calls it (tests/test_docs.py runs it)
         assert "Args:" in constructor.__doc__ and f">>> model = {preset.constructor}(" in constructor.__doc__
@@ -318,3 +318,21 @@ def test_a_model_of_one_size_fed_another_names_the_ways_to_other_sizes():
     assert resizing(np.zeros((2, 24, 24, 3), "float32")).shape == (2, 7)
     with pytest.raises(ValueError, match=r"takes 24x24 images, got 32x32"):
         resizing(images)
+
+
+def test_weights_are_loaded_by_the_factory_not_by_the_model_class(tmp_path):
+    """keras.applications' layout: the builders (create_model, ViTB16, ...) build the architecture, then call
+    the loader; VisionTransformer knows no files, and no registry links the two (issue 36)."""
+    import keras_vit.models
+
+    assert not hasattr(keras_vit.models, "register_weights_loader")
+    source = randomize(keras_vit.create_model("Ti/16", image_size=32, classes=3, num_layers=2))
+    path = tmp_path / "ti.weights.h5"
+    source.save_weights(path)
+    for model in (keras_vit.create_model("Ti/16", image_size=32, classes=3, num_layers=2, weights=str(path)),
+                  keras_vit.ViTTi16(input_shape=(32, 32, 3), classes=3, num_layers=2, weights=str(path))):
+        for mine, theirs in zip(model.weights, source.weights):
+            np.testing.assert_array_equal(to_numpy(mine), to_numpy(theirs))
+    assert keras_vit.VisionTransformer(source.config, weights=None).config == source.config
+    with pytest.raises(TypeError, match=r"takes no `weights`: keras_vit.create_model\(variant, weights=...\)"):
+        keras_vit.VisionTransformer(source.config, weights=str(path))
