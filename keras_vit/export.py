@@ -39,6 +39,7 @@ from keras_vit.loading import load_model
 from keras_vit.data import load_image_set  # noqa: F401 (public here too)
 from keras_vit.tflite_metadata import add_metadata, output_tensor_names
 from keras_vit.serving import (  # noqa: F401 (public here too)
+    FEATURES,
     INPUT_NAME,
     METADATA_NAME,
     Classifier,
@@ -212,11 +213,18 @@ def _a16w8(content, calibration, sizes, name, path):
 
 
 def _output_names(outputs):
-    """The export's outputs, in OUTPUTS order; refuses unknown names and exports without probabilities."""
+    """The export's outputs, in OUTPUTS order, or ("features",) for a feature extractor; refuses unknown
+    names, "features" beside others, and classifier exports without probabilities."""
     names = [outputs] if isinstance(outputs, str) else list(outputs)
-    unknown = [n for n in names if n not in OUTPUTS]
+    unknown = [n for n in names if n not in OUTPUTS + (FEATURES,)]
     if unknown or not names:
-        raise ValueError(f"unknown export output(s) {unknown or names}; choose from {OUTPUTS}.")
+        raise ValueError(f"unknown export output(s) {unknown or names}; choose from {OUTPUTS}, or "
+                         f"{FEATURES!r} alone (a feature extractor).")
+    if FEATURES in names:
+        if len(names) > 1:
+            raise ValueError(f"outputs {names}: {FEATURES!r} stands alone (a feature extractor returns the pooled "
+                             "features only); export the classifier separately.")
+        return (FEATURES,)
     if "probabilities" not in names:
         raise ValueError(f"outputs {names}: an export needs 'probabilities' (its classifier's scores); "
                          "use ['logits', 'probabilities'] for both.")
@@ -231,19 +239,26 @@ def _with_tflite_metadata(content, graph, quantize, sizes):
     descriptions = {
         "logits": f"the classification head's logits, (N, {model.classes})",
         "probabilities": f"softmax of the logits, (N, {model.classes}): the classifier's scores",
+        FEATURES: f"the pooled features (the head's input), (N, {_feature_dim(model)})",
     }
     descriptions.update({name: f"block {name.split('_')[1]}'s attention probabilities (N, heads, tokens, tokens)"
                          for name in graph.output_names if name.startswith("attention_")})
     h, w = sizes[0]
     return add_metadata(
         content, name=model.name, version=f"keras-vit {__version__}",
-        description=(f"{model.name}: a Vision Transformer (Dosovitskiy et al., 2021) classifying "
-                     f"{model.classes} classes, exported by keras-vit {__version__}"
-                     + (f", {quantize} quantized" if quantize else "") + "."),
-        class_names=getattr(model, "class_names", None), image_size=(h, w),
+        description=(f"{model.name}: a Vision Transformer (Dosovitskiy et al., 2021) "
+                     + (f"feature extractor ({_feature_dim(model)} features)" if graph.features
+                        else f"classifying {model.classes} classes")
+                     + f", exported by keras-vit {__version__}" + (f", {quantize} quantized" if quantize else "") + "."),
+        class_names=None if graph.features else getattr(model, "class_names", None), image_size=(h, w),
         input_description=(f"uint8 RGB images (N, {h}, {w}, 3), pixels 0-255 as decoded: feed them as they are "
                            f"(normalization mean 0, std 1); the graph scales them itself ({_scaling_text(model)})."),
         output_descriptions=descriptions)
+
+
+def _feature_dim(model):
+    """The width of the pooled features: the head's input (the pre-logits layer's, where there is one)."""
+    return int(model.stage_model("images", "pre_logits").output.shape[-1])
 
 
 def _view_text(model, size):
@@ -285,7 +300,22 @@ def _reference(graph, images, batch_size=64, view=False):
     return {k: np.concatenate([o[k].numpy() for o in outputs]) for k in outputs[0]}
 
 
+def _feature_parity(reference, exported, tolerance):
+    ref, out = reference[FEATURES], exported[FEATURES]
+    if not np.all(np.isfinite(out)):
+        raise ValueError(f"the export returns non-finite {FEATURES} (NaN or inf)")
+    report = {"samples": int(len(ref)), "max_abs_feature_diff": float(np.max(np.abs(ref - out)))}
+    attention = sorted(k for k in reference if k.startswith("attention_"))
+    if attention:
+        report["max_abs_attention_diff"] = float(max(np.max(np.abs(reference[k] - exported[k])) for k in attention))
+    if tolerance is not None:
+        report["tolerance"] = tolerance
+    return report
+
+
 def _parity(reference, exported, labels, tolerance):
+    if FEATURES in reference:  # a feature extractor: no classes to agree on
+        return _feature_parity(reference, exported, tolerance)
     key = "logits" if "logits" in reference else "probabilities"  # a probabilities-only export
     ref, out = reference[key], exported[key]
     if not np.all(np.isfinite(out)):
@@ -312,7 +342,13 @@ def _parity(reference, exported, labels, tolerance):
 
 
 def format_parity(report):
-    """One line: `max |logit diff| ..., top-1 agreement ...[, accuracy ...]`."""
+    """One line: `max |logit diff| ..., top-1 agreement ...[, accuracy ...]` (a feature extractor's:
+    `max |feature diff| ...`)."""
+    if "max_abs_feature_diff" in report:
+        line = f"max |feature diff| {report['max_abs_feature_diff']:.3g} ({report['samples']} images)"
+        if "max_abs_attention_diff" in report:
+            line += f", max |attention diff| {report['max_abs_attention_diff']:.3g}"
+        return line
     key = "logit" if "max_abs_logit_diff" in report else "probability"
     line = (f"max |{key} diff| {report[f'max_abs_{key}_diff']:.3g}, top-1 agreement "
             f"{100 * report['top1_agreement']:.2f}% ({report['top1_agreements']}/{report['samples']})")
@@ -360,7 +396,8 @@ def export_model(model: keras.Model | str | os.PathLike, path: str | os.PathLike
     uint8 input, the named outputs), which MediaPipe Tasks and the TFLite Task Library read.
 
     Args:
-        model: a `keras_vit.VisionTransformer` or the path of a `.keras` file. A model
+        model: a `keras_vit.VisionTransformer`, or what `keras_vit.load_model` opens: a `.keras`
+            file, an official `.npz`, a timm / transformers hub folder or a hub name. A model
             built under mixed_bfloat16 is exported from a float32 copy of its weights.
         path: the SavedModel folder, the `.tflite` or the `.onnx` file to write.
         format: "saved_model", "tflite" or "onnx" (tf2onnx's conversion of the SavedModel's
@@ -399,7 +436,11 @@ def export_model(model: keras.Model | str | os.PathLike, path: str | os.PathLike
             coremltools refuse that op.
         outputs: which of "logits" and "probabilities" the export returns: "probabilities"
             (or ["probabilities"]) makes a single-output classifier, as MediaPipe's
-            ImageClassifier and the TFLite Task Library expect.
+            ImageClassifier and the TFLite Task Library expect. "features" alone makes a
+            feature extractor: its one output `features` is the pooled representation (N, D),
+            the head's input (`model.stage_model("images", "pre_logits")`; for a headless
+            backbone such as DINOv2, its pooled output), checked against Keras to 1e-4 in float32;
+            a model without a head (include_top=False) exports this way only.
 
     Returns:
         The metadata dict written to `PATH.json`, with the parity report under "parity".
@@ -429,7 +470,7 @@ def export_model(model: keras.Model | str | os.PathLike, path: str | os.PathLike
         _check_onnx(image_sizes)
 
     model, source = _load_model(model)
-    native = check_exportable(model)
+    native = check_exportable(model, features=FEATURES in outputs)
     sizes = _export_sizes(model, native, format, image_sizes, resize)
     kind = format + (f" ({quantize})" if quantize else "")
     log.info("exporting %s to %s: %s%s", model.name, path, kind,
@@ -442,7 +483,7 @@ def export_model(model: keras.Model | str | os.PathLike, path: str | os.PathLike
     if recipe is not None:
         sample_split, calibration_split = recipe["test_split"], recipe["train_split"]
     sample_images, labels, sample_source = _sample_images(
-        model, graph.image_size, samples, recipe, sample_split, max_samples, seed)
+        model, graph.image_size, samples, recipe, sample_split, max_samples, seed, labelled=not graph.features)
     calibration = calibration_source = None
     if quantize in CALIBRATED:
         if representative_images is None:
@@ -549,11 +590,16 @@ def _onnx_metadata():
     return {"signatures": None, "onnx": onnx.versions()}
 
 
-def _sample_images(model, image_size, samples, recipe, split, max_samples, seed):
+def _sample_images(model, image_size, samples, recipe, split, max_samples, seed, labelled=True):
     """The parity check's images: given, else the model's own test split (refused when it cannot be read),
-    else, for a model without metrics.json, random pixels with a warning."""
+    else, for a model without metrics.json, random pixels with a warning. A feature extractor's
+    (`labelled=False`) are read without labels: it has no classes to match folders with."""
     class_names = getattr(model, "class_names", None)
     if samples is not None:
+        if not labelled:
+            images, _, source = load_image_set(samples, image_size, labelled=False, split=split,
+                                               max_images=max_samples, seed=seed, what="samples")
+            return images, None, source
         return load_image_set(samples, image_size, class_names=class_names, classes=model.classes, split=split,
                               max_images=max_samples, seed=seed, what="samples")
     if recipe is not None:
@@ -644,7 +690,8 @@ def _check_parity(graph, exported, images, labels, kind, quantize, format, name,
     except ValueError as e:
         raise ValueError(f"the {kind} export of {name}: {e}. Nothing was written to {path}.") from None
     log.info("parity: %s", format_parity(report))
-    key, what = ("logit", "logits") if "max_abs_logit_diff" in report else ("probability", "probabilities")
+    key, what = next((k, w) for k, w in (("feature", FEATURES), ("logit", "logits"), ("probability", "probabilities"))
+                     if f"max_abs_{k}_diff" in report)
     if tolerance is not None and report[f"max_abs_{key}_diff"] > tolerance:
         raise ValueError(
             f"the float32 {format} export of {name} differs from Keras by "
@@ -677,7 +724,9 @@ def _metadata(model, source, format, quantize, graph, report, sizes, resize, ant
         "crop_pct": float(model.crop_pct),
         "interpolation": model.interpolation,
         "outputs": graph.output_names,
-        "classes": int(model.classes),
-        "class_names": getattr(model, "class_names", None),
+        # a feature extractor has no classes (even where the model has a head): its output is the head's input
+        "classes": None if graph.features else int(model.classes),
+        "class_names": None if graph.features else getattr(model, "class_names", None),
+        **({"feature_dim": _feature_dim(model)} if graph.features else {}),
         "parity": report,
     }
