@@ -254,11 +254,35 @@ def _check_images(model, images):
             f"images must be (B, {expected[0]}, {expected[1]}, 3) at the model's size, got shape {images.shape}; "
             "keras_vit.visualize.load_images reads and resizes image files."
         )
-    if images.dtype == np.uint8 or (images.size and float(images.max()) > 1.5):
+    if images.dtype == np.uint8 or (images.size and float(np.abs(images).max()) > 1.5 * _input_bound(model)):
         raise ValueError(
-            "images look like pixels in [0, 255]; the model takes [-1, 1]: scale them with keras_vit.preprocess_input."
+            f"images look like pixels in [0, 255]; the model takes them normalized ({_input_range(model)}): scale "
+            "them with keras_vit.preprocess_input(pixels, model=model)."
         )
     return images.astype(np.float32, copy=False)
+
+
+def _input_bound(model):
+    """The largest |value| a normalized image can hold: 1 for [-1, 1], 2.64 for ImageNet's mean and std."""
+    from keras_vit.applications import pixel_stats
+
+    mean, std = pixel_stats(model)
+    return max(max(m, 1 - m) / s for m, s in zip(mean, std))
+
+
+def _input_range(model):
+    from keras_vit.applications import pixel_stats
+
+    mean, std = pixel_stats(model)
+    return "[-1, 1]" if mean == std == (0.5, 0.5, 0.5) else f"(x / 255 - mean) / std, mean {list(mean)}, std {list(std)}"
+
+
+def _to_pixels(model, images):
+    """Model inputs -> the uint8 pixels they were normalized from, with the model's own mean and std."""
+    from keras_vit.applications import pixel_stats
+
+    mean, std = (np.asarray(v, np.float32) for v in pixel_stats(model))
+    return np.clip(np.round((np.asarray(images, np.float32) * std + mean) * 255.0), 0, 255).astype(np.uint8)
 
 
 def patch_pixels(model: keras.Model) -> tuple[float, float]:
@@ -751,9 +775,7 @@ def save_figures(model: keras.Model, out_dir: str | os.PathLike, images: np.ndar
     maps, distances = _reduce_attention(model, images, batch_size)
     image_size = tuple(images.shape[1:3])
     upsampled = _upsample(maps, image_size)
-    from keras_vit.applications import to_pixels
-
-    pixels = to_pixels(images)
+    pixels = _to_pixels(model, images)
     predictions = _predictions(model, images, batch_size)
     p = paths("attention_rollout")
     _write_npz(p["npz"], maps=maps, upsampled=upsampled, images=pixels, names=np.array(names))
