@@ -109,6 +109,7 @@ FLOORS = {
     "keras_vit.posemb": 3, "keras_vit.checkpoints": 3, "keras_vit.pretrained": 3, "keras_vit.distill": 3,
     "keras_vit.masked": 3,
     "keras_vit.applications": 4, "keras_vit.data": 4, "keras_vit.loading": 4,
+    "keras_vit.analysis": 4,
     "keras_vit.serving": 5, "keras_vit.onnx": 5, "keras_vit.export": 5, "keras_vit.training": 5,
     "keras_vit.visualize": 5, "keras_vit.fewshot": 5, "keras_vit.tflite_metadata": 5, "keras_vit.report": 5,
     "keras_vit.cli": 6,

@@ -465,3 +465,17 @@ def test_visualize_command_draws_a_register_model_from_its_hub_folder(tmp_path):
     with np.load(out / "attention_rollout.npz") as saved:
         expected = viz.load_images(CIFAR_IMAGES[:2], (56, 56), model=viz.load_model(ZOO / "timm_dinov2_reg4"))
         assert np.abs(saved["images"].astype(int) - np.round(expected).astype(int)).max() <= 1
+
+
+def test_the_numbers_import_without_matplotlib():
+    """keras_vit.analysis is the figures' numbers without matplotlib: importing it (and computing) loads none."""
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np, keras_vit.analysis as a\n"
+            "a.rollout([np.full((1, 1, 5, 5), 0.2)])\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'matplotlib'))")
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip().splitlines()[-1] == "[]"
+    assert viz.attention_rollout is __import__("keras_vit.analysis").analysis.attention_rollout  # re-exported
