@@ -21,6 +21,7 @@ were first.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import logging
@@ -69,6 +70,37 @@ CALIBRATED = ("int8", "a16w8")  # quantizations that calibrate activations on re
 MIN_CALIBRATION_IMAGES = 100  # fewer get a warning (see _warn_few_calibration_images)
 OUTPUTS = ("logits", "probabilities")
 FLOAT32_TOLERANCE = 1e-4
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportRequest:
+    """What `export_model` was asked for, normalized once (an absolute `path`, the `format` it names,
+    `outputs` in their order), passed whole to the steps that write and check the export."""
+
+    path: str
+    format: str
+    quantize: str | None = None
+    attention: bool = False
+    representative_images: Any = None
+    samples: Any = None
+    max_samples: int = 1000
+    calibration_images: int = 200
+    overwrite: bool = False
+    seed: int = 0
+    image_sizes: Sequence[int | tuple[int, int]] | None = None
+    resize: bool = True
+    antialias: bool = False
+    outputs: tuple[str, ...] = OUTPUTS
+
+    @property
+    def kind(self) -> str:
+        """"tflite (int8)", "onnx", ...: how messages name the export."""
+        return self.format + (f" ({self.quantize})" if self.quantize else "")
+
+    @property
+    def features(self) -> bool:
+        """A feature extractor (outputs="features")."""
+        return FEATURES in self.outputs
 
 
 def _recipe_data(model_path):
@@ -125,11 +157,14 @@ def _quiet_converter():
         yield
 
 
-def _convert_tflite(graph, path, quantize, calibration, name, sizes):
+def _convert_tflite(request, graph, calibration, sizes, quantize=None):
+    """The .tflite bytes of `graph` at `sizes`, quantized as `quantize` (None: as requested; "": float)."""
     import tensorflow as tf
 
+    path, name = request.path, graph.model.name
+    quantize = request.quantize if quantize is None else quantize or None
     if quantize == "a16w8":
-        return _a16w8(_convert_tflite(graph, path, None, None, name, sizes), calibration, sizes, name, path)
+        return _a16w8(_convert_tflite(request, graph, None, sizes, quantize=""), calibration, sizes, name, path)
 
     with tempfile.TemporaryDirectory(prefix="keras_vit_export_") as tmp:
         saved = os.path.join(tmp, "saved_model")
@@ -231,7 +266,7 @@ def _output_names(outputs):
     return tuple(n for n in OUTPUTS if n in names)
 
 
-def _with_tflite_metadata(content, graph, quantize, sizes):
+def _with_tflite_metadata(request, content, graph, sizes):
     """The .tflite bytes with TFLite Model Metadata: what MediaPipe and the Task Library need to classify."""
     from keras_vit import __version__
 
@@ -249,7 +284,8 @@ def _with_tflite_metadata(content, graph, quantize, sizes):
         description=(f"{model.name}: a Vision Transformer (Dosovitskiy et al., 2021) "
                      + (f"feature extractor ({_feature_dim(model)} features)" if graph.features
                         else f"classifying {model.classes} classes")
-                     + f", exported by keras-vit {__version__}" + (f", {quantize} quantized" if quantize else "") + "."),
+                     + f", exported by keras-vit {__version__}" + (f", {request.quantize} quantized" if request.quantize else "")
+                     + "."),
         class_names=None if graph.features else getattr(model, "class_names", None), image_size=(h, w),
         input_description=(f"uint8 RGB images (N, {h}, {w}, 3), pixels 0-255 as decoded: feed them as they are "
                            f"(normalization mean 0, std 1); the graph scales them itself ({_scaling_text(model)})."),
@@ -461,29 +497,27 @@ def export_model(model: keras.Model | str | os.PathLike, path: str | os.PathLike
             f"{keras.backend.backend()!r}: a .keras file written under any backend exports under it "
             "(`keras-vit export` starts that process by itself).")
     path = os.path.abspath(os.fspath(path)).rstrip(os.sep)
-    format = export_format(path, format)
-    outputs = _output_names(outputs)
+    request = ExportRequest(
+        path=path, format=export_format(path, format), quantize=quantize, attention=attention,
+        representative_images=representative_images, samples=samples, max_samples=max_samples,
+        calibration_images=calibration_images, overwrite=overwrite, seed=seed, image_sizes=image_sizes,
+        resize=resize, antialias=antialias, outputs=_output_names(outputs))
     recipe = _recipe_data(model)
-    meta_path = _check_request(path, format, quantize, representative_images, recipe, overwrite, image_sizes, resize)
-    _check_antialias(format, resize, antialias)
-    if format == "onnx":
-        _check_onnx(image_sizes)
+    meta_path = _check_request(request, recipe)
 
     model, source = _load_model(model)
-    native = check_exportable(model, features=FEATURES in outputs)
-    sizes = _export_sizes(model, native, format, image_sizes, resize)
-    kind = format + (f" ({quantize})" if quantize else "")
-    log.info("exporting %s to %s: %s%s", model.name, path, kind,
+    native = check_exportable(model, features=request.features)
+    sizes = _export_sizes(request, model, native)
+    log.info("exporting %s to %s: %s%s", model.name, path, request.kind,
              "" if sizes == [native] else ", sizes " + ", ".join(f"{h}x{w}" for h, w in sizes))
     model = float32_copy(model)
     if sizes != [native] or not resize:
         model = dynamic_twin(model)
-    graph = ServingGraph(model, attention=attention, outputs=outputs)
+    graph = ServingGraph(model, attention=attention, outputs=request.outputs)
     sample_split, calibration_split = "test", "train"
     if recipe is not None:
         sample_split, calibration_split = recipe["test_split"], recipe["train_split"]
-    sample_images, labels, sample_source = _sample_images(
-        model, graph.image_size, samples, recipe, sample_split, max_samples, seed, labelled=not graph.features)
+    sample_images, labels, sample_source = _sample_images(request, model, graph.image_size, recipe, sample_split)
     calibration = calibration_source = None
     if quantize in CALIBRATED:
         if representative_images is None:
@@ -495,27 +529,26 @@ def export_model(model: keras.Model | str | os.PathLike, path: str | os.PathLike
             max_images=calibration_images, seed=seed + 1, what="representative images")
         _warn_few_calibration_images(quantize, len(calibration), calibration_source, calibration_images)
 
-    with atomic_path(path, overwrite=overwrite, suffix={"tflite": ".tflite", "onnx": ".onnx"}.get(format, "")) as tmp:
-        exported = _write_export(graph, tmp, path, format, quantize, calibration, calibration_source, model.name,
-                                 sizes, resize, antialias)
+    suffix = {"tflite": ".tflite", "onnx": ".onnx"}.get(request.format, "")
+    with atomic_path(path, overwrite=overwrite, suffix=suffix) as tmp:
+        exported = _write_export(request, graph, tmp, sizes, calibration, calibration_source)
         reports = {}
         for i, size in enumerate(sizes):
             images = sample_images if size == graph.image_size else resize_images(sample_images, size)
-            run = exported[i] if format == "tflite" else exported[0]
+            run = exported[i] if request.format == "tflite" else exported[0]
             log.info("checking parity against Keras on %d images from %s%s", len(images), sample_source,
                      "" if len(sizes) == 1 else f" at {size[0]}x{size[1]}")
-            reports[size] = _check_parity(graph, run, images, labels, kind, quantize, format, model.name, path,
-                                          view=format != "tflite" and resize)
+            reports[size] = _check_parity(request, graph, run, images, labels)
         report = dict(reports[sizes[0]], sample_source=sample_source)
-        metadata = _metadata(model, source, format, quantize, graph, report, sizes, resize, antialias)
-        if format == "onnx":
+        metadata = _metadata(request, graph, source, report, sizes)
+        if request.format == "onnx":
             metadata.update(_onnx_metadata())
         if len(sizes) > 1:
             metadata["parity_by_size"] = {f"{h}x{w}": r for (h, w), r in reports.items()}
         if calibration is not None:
             metadata["calibration"] = {"images": int(len(calibration)), "source": calibration_source}
         text = json.dumps(metadata, indent=2) + "\n"
-        if format == "saved_model":
+        if request.format == "saved_model":
             os.makedirs(os.path.join(tmp, "assets.extra"), exist_ok=True)
             with open(os.path.join(tmp, "assets.extra", METADATA_NAME), "w", encoding="utf-8") as f:
                 f.write(text)
@@ -543,8 +576,10 @@ def _warn_few_calibration_images(quantize, count, source, limit):
                 quantize, count, source, MIN_CALIBRATION_IMAGES, more)
 
 
-def _check_request(path, format, quantize, representative_images, recipe, overwrite, image_sizes, resize):
+def _check_request(request, recipe):
     """Refuses a bad request before any work; returns the metadata path."""
+    path, format, quantize, resize, image_sizes = (request.path, request.format, request.quantize, request.resize,
+                                                   request.image_sizes)
     if not resize and format != "saved_model":
         raise ValueError("resize=False (--no-resize) applies to SavedModels; a TFLite export takes the sizes it "
                          "serves as given (image_sizes, --image-size).")
@@ -555,15 +590,18 @@ def _check_request(path, format, quantize, representative_images, recipe, overwr
         raise ValueError(f"Unknown quantization {quantize!r}; use one of {QUANTIZATIONS}.")
     if quantize and format != "tflite":
         raise ValueError(f"quantization ({quantize}) applies to TFLite exports only, not {format}.")
-    if quantize in CALIBRATED and representative_images is None and recipe is None:
+    if quantize in CALIBRATED and request.representative_images is None and recipe is None:
         raise ValueError(f"{quantize} quantization needs representative images to calibrate on (--representative IMAGES); "
                          "a model without the metrics.json of `keras-vit train` beside it has no data of its own.")
     if format == "tflite":
         litert_interpreter()
     meta_path = metadata_path(path)
     for target in (path, meta_path):
-        if os.path.exists(target) and not overwrite:
+        if os.path.exists(target) and not request.overwrite:
             raise FileExistsError(f"{target} exists; pass overwrite=True (--overwrite) to replace it.")
+    _check_antialias(format, resize, request.antialias)
+    if format == "onnx":
+        _check_onnx(image_sizes)
     return meta_path
 
 
@@ -590,13 +628,14 @@ def _onnx_metadata():
     return {"signatures": None, "onnx": onnx.versions()}
 
 
-def _sample_images(model, image_size, samples, recipe, split, max_samples, seed, labelled=True):
+def _sample_images(request, model, image_size, recipe, split):
     """The parity check's images: given, else the model's own test split (refused when it cannot be read),
     else, for a model without metrics.json, random pixels with a warning. A feature extractor's
-    (`labelled=False`) are read without labels: it has no classes to match folders with."""
+    are read without labels: it has no classes to match folders with."""
     class_names = getattr(model, "class_names", None)
+    samples, max_samples, seed = request.samples, request.max_samples, request.seed
     if samples is not None:
-        if not labelled:
+        if request.features:
             images, _, source = load_image_set(samples, image_size, labelled=False, split=split,
                                                max_images=max_samples, seed=seed, what="samples")
             return images, None, source
@@ -620,8 +659,9 @@ def _sample_images(model, image_size, samples, recipe, split, max_samples, seed,
     return images, None, "32 images of random pixels (no samples given)"
 
 
-def _export_sizes(model, native, format, image_sizes, resize):
+def _export_sizes(request, model, native):
     """The sizes an export serves (and is checked at): [(h, w), ...], the first the default."""
+    format, image_sizes, resize = request.format, request.image_sizes, request.resize
     grid = model.patch_encoder.grid_size
     step = (native[0] // grid[0], native[1] // grid[1])  # the effective patch size
     if not image_sizes:
@@ -640,9 +680,9 @@ def _export_sizes(model, native, format, image_sizes, resize):
     return sizes
 
 
-def _write_export(graph, tmp, path, format, quantize, calibration, calibration_source, name, sizes, resize,
-                  antialias=False):
+def _write_export(request, graph, tmp, sizes, calibration, calibration_source):
     """Writes the SavedModel or the .tflite file to `tmp`; the export, loaded as a Classifier per signature."""
+    format, quantize, path, name = request.format, request.quantize, request.path, graph.model.name
     if format == "onnx":
         from keras_vit import onnx
 
@@ -654,17 +694,17 @@ def _write_export(graph, tmp, path, format, quantize, calibration, calibration_s
                  _size_text(len(content)), ", ".join(graph.output_names))
         return [onnx_classifier(tmp, {}, content=content)]
     if format == "saved_model":
-        graph.write_saved_model(tmp, resize=resize, antialias=antialias)
+        graph.write_saved_model(tmp, resize=request.resize, antialias=request.antialias)
         log.info("wrote the SavedModel: serving_default takes uint8 images of any size%s -> %s",
-                 "" if resize else " (multiples of the patch size, no resize)", ", ".join(graph.output_names))
+                 "" if request.resize else " (multiples of the patch size, no resize)", ", ".join(graph.output_names))
         return [saved_model_classifier(tmp, {})]
     if calibration is not None:
         log.info("converting to TFLite (builtin ops, %s), calibrating on %d images from %s",
                  quantize, len(calibration), calibration_source)
     else:
         log.info("converting to TFLite (builtin ops%s)", f", {quantize}" if quantize else "")
-    content = _convert_tflite(graph, path, quantize, calibration, name, sizes)
-    content = _with_tflite_metadata(content, graph, quantize, sizes)
+    content = _convert_tflite(request, graph, calibration, sizes)
+    content = _with_tflite_metadata(request, content, graph, sizes)
     with open(tmp, "wb") as f:
         f.write(content)
     log.info("converted: %s; %s -> %s", _size_text(len(content)), ", ".join(
@@ -674,9 +714,11 @@ def _write_export(graph, tmp, path, format, quantize, calibration, calibration_s
             for i, size in enumerate(sizes)]
 
 
-def _check_parity(graph, exported, images, labels, kind, quantize, format, name, path, view=False):
-    """Runs the export and the Keras model on `images`; the parity report, or a refusal."""
-    reference = _reference(graph, images, view=view)
+def _check_parity(request, graph, exported, images, labels):
+    """Runs the export and the Keras model on `images`; the parity report, or a refusal. An export that
+    resizes in its graph (not TFLite) is compared with the model's view of the images."""
+    kind, quantize, format, name, path = request.kind, request.quantize, request.format, graph.model.name, request.path
+    reference = _reference(graph, images, view=format != "tflite" and request.resize)
     try:
         outputs = exported(images)
     except Exception as e:
@@ -701,16 +743,17 @@ def _check_parity(graph, exported, images, labels, kind, quantize, format, name,
     return report
 
 
-def _metadata(model, source, format, quantize, graph, report, sizes, resize, antialias=False):
+def _metadata(request, graph, source, report, sizes):
     """What goes beside an export as JSON: its input, preprocessing, outputs, classes and parity."""
     from keras_vit import __version__
 
+    model, format = graph.model, request.format
     image_size = sizes[0] if format == "tflite" else graph.image_size
-    resizes = format != "tflite" and resize
+    resizes = format != "tflite" and request.resize
     return {
         "keras_vit": __version__,
         "format": format,
-        "quantization": quantize,
+        "quantization": request.quantize,
         "source": source,
         "image_size": list(image_size),
         "input": {"name": INPUT_NAME, "dtype": "uint8",
