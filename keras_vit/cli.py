@@ -240,12 +240,14 @@ def _add_visualize(commands):
     p = commands.add_parser(
         "visualize",
         help="the paper's analysis figures (Figures 6-7) for a model, with their data",
-        description="Reads a keras-vit .keras model (and image files) and writes attention_rollout, "
+        description="Reads a keras-vit .keras model or a checkpoint (an official .npz, a timm / transformers hub "
+        "folder or name) and image files, and writes attention_rollout, "
         "position_similarity, embedding_filters and attention_distance (.png with .npz and .json beside each) into "
         "--out. The attention figures need --image; images are resized to the model's input size. Runs under any "
         "Keras backend.",
     )
-    p.add_argument("model", help="a keras-vit model file (.keras)")
+    p.add_argument("model", help="a .keras file, a hub folder / .safetensors (timm, transformers), an official "
+                   ".npz or a hub name")
     p.add_argument("--image", nargs="+", action="extend", metavar="IMG",
                    help="image files (JPEG, PNG, GIF, BMP, WebP) for the rollout maps and attention distances")
     p.add_argument("--out", required=True, help="output folder (created; figures in it are replaced)")
@@ -274,13 +276,16 @@ def _add_export(commands):
         "export",
         help=".keras model -> SavedModel, TFLite or ONNX, preprocessing inside, checked against Keras",
         description="Reads a keras-vit .keras model (written under any Keras backend; the export runs under "
-        "TensorFlow, in a process of its own when KERAS_BACKEND is another) and exports it with a serving_default "
-        "signature taking uint8 RGB images (N, H, W, 3) and returning logits and probabilities; the SavedModel "
+        "TensorFlow, in a process of its own when KERAS_BACKEND is another), an official .npz, a timm / "
+        "transformers hub folder or a hub name, and exports it with a serving_default "
+        "signature taking uint8 RGB images (N, H, W, 3) and returning logits and probabilities (with --outputs "
+        "features, the pooled features); the SavedModel "
         "resizes any H, W inside, the TFLite model takes the model's size. The export is compared with Keras on "
         "sample images (max |logit diff|, top-1 agreement, accuracy when the samples are labelled) before it is "
         "renamed into place; class names and the parity report are written to OUT.json.",
     )
-    p.add_argument("model", help="a keras-vit model (.keras)")
+    p.add_argument("model", help="a .keras file, a hub folder / .safetensors (timm, transformers), an official "
+                   ".npz or a hub name")
     p.add_argument("--format", choices=("saved_model", "tflite", "onnx"), default=None,
                    help="default: from --out: tflite for .tflite, onnx for .onnx, saved_model for a name without an "
                    "extension; other extensions are refused (onnx: tf2onnx + onnxruntime, pip install "
@@ -288,10 +293,11 @@ def _add_export(commands):
     p.add_argument("--quantize", choices=("float16", "dynamic", "int8", "a16w8"), default=None,
                    help="TFLite: float16 weights, dynamic-range int8 weights, full int8, or a16w8 (int16 "
                    "activations, int8 weights; LayerNorm float); int8 and a16w8 calibrate on --representative")
-    p.add_argument("--outputs", choices=("logits,probabilities", "probabilities"), default="logits,probabilities",
-                   metavar="OUTPUTS",
-                   help="logits,probabilities (the default: both) or probabilities (a single-output classifier, as "
-                   "MediaPipe's ImageClassifier and the TFLite Task Library expect)")
+    p.add_argument("--outputs", choices=("logits,probabilities", "probabilities", "features"),
+                   default="logits,probabilities", metavar="OUTPUTS",
+                   help="logits,probabilities (the default: both), probabilities (a single-output classifier, as "
+                   "MediaPipe's ImageClassifier and the TFLite Task Library expect) or features (a feature "
+                   "extractor: the pooled features, the head's input; headless backbones such as DINOv2)")
     p.add_argument("--representative", metavar="IMAGES", default=None,
                    help="calibration images for int8: a folder of images or of class folders, or a data source "
                    "as in recipes (a .tgz of train/<class>/ images, a folder DATA/train/<class>/, digits, "
@@ -352,7 +358,8 @@ def _add_fewshot(commands):
         "per class (the regularizer chosen on --holdout further images per class), and prints its test "
         "accuracy per shot count: mean, spread, min and max over --seeds draws.",
     )
-    p.add_argument("model", help="a .keras file, a hub folder / .safetensors (timm, transformers) or an official .npz")
+    p.add_argument("model", help="a .keras file, a hub folder / .safetensors (timm, transformers), an official "
+                   ".npz or a hub name")
     p.add_argument("--data", required=True,
                    help="digits, a folder or .tgz of train/<class>/ and test/<class>/ images, or tfds:NAME (a "
                    "tensorflow-datasets set: prepared, or downloaded once)")

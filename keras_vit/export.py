@@ -21,6 +21,7 @@ were first.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import logging
@@ -39,6 +40,7 @@ from keras_vit.loading import load_model
 from keras_vit.data import load_image_set  # noqa: F401 (public here too)
 from keras_vit.tflite_metadata import add_metadata, output_tensor_names
 from keras_vit.serving import (  # noqa: F401 (public here too)
+    FEATURES,
     INPUT_NAME,
     METADATA_NAME,
     Classifier,
@@ -68,6 +70,37 @@ CALIBRATED = ("int8", "a16w8")  # quantizations that calibrate activations on re
 MIN_CALIBRATION_IMAGES = 100  # fewer get a warning (see _warn_few_calibration_images)
 OUTPUTS = ("logits", "probabilities")
 FLOAT32_TOLERANCE = 1e-4
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportRequest:
+    """What `export_model` was asked for, normalized once (an absolute `path`, the `format` it names,
+    `outputs` in their order), passed whole to the steps that write and check the export."""
+
+    path: str
+    format: str
+    quantize: str | None = None
+    attention: bool = False
+    representative_images: Any = None
+    samples: Any = None
+    max_samples: int = 1000
+    calibration_images: int = 200
+    overwrite: bool = False
+    seed: int = 0
+    image_sizes: Sequence[int | tuple[int, int]] | None = None
+    resize: bool = True
+    antialias: bool = False
+    outputs: tuple[str, ...] = OUTPUTS
+
+    @property
+    def kind(self) -> str:
+        """"tflite (int8)", "onnx", ...: how messages name the export."""
+        return self.format + (f" ({self.quantize})" if self.quantize else "")
+
+    @property
+    def features(self) -> bool:
+        """A feature extractor (outputs="features")."""
+        return FEATURES in self.outputs
 
 
 def _recipe_data(model_path):
@@ -124,11 +157,14 @@ def _quiet_converter():
         yield
 
 
-def _convert_tflite(graph, path, quantize, calibration, name, sizes):
+def _convert_tflite(request, graph, calibration, sizes, quantize=None):
+    """The .tflite bytes of `graph` at `sizes`, quantized as `quantize` (None: as requested; "": float)."""
     import tensorflow as tf
 
+    path, name = request.path, graph.model.name
+    quantize = request.quantize if quantize is None else quantize or None
     if quantize == "a16w8":
-        return _a16w8(_convert_tflite(graph, path, None, None, name, sizes), calibration, sizes, name, path)
+        return _a16w8(_convert_tflite(request, graph, None, sizes, quantize=""), calibration, sizes, name, path)
 
     with tempfile.TemporaryDirectory(prefix="keras_vit_export_") as tmp:
         saved = os.path.join(tmp, "saved_model")
@@ -212,18 +248,25 @@ def _a16w8(content, calibration, sizes, name, path):
 
 
 def _output_names(outputs):
-    """The export's outputs, in OUTPUTS order; refuses unknown names and exports without probabilities."""
+    """The export's outputs, in OUTPUTS order, or ("features",) for a feature extractor; refuses unknown
+    names, "features" beside others, and classifier exports without probabilities."""
     names = [outputs] if isinstance(outputs, str) else list(outputs)
-    unknown = [n for n in names if n not in OUTPUTS]
+    unknown = [n for n in names if n not in OUTPUTS + (FEATURES,)]
     if unknown or not names:
-        raise ValueError(f"unknown export output(s) {unknown or names}; choose from {OUTPUTS}.")
+        raise ValueError(f"unknown export output(s) {unknown or names}; choose from {OUTPUTS}, or "
+                         f"{FEATURES!r} alone (a feature extractor).")
+    if FEATURES in names:
+        if len(names) > 1:
+            raise ValueError(f"outputs {names}: {FEATURES!r} stands alone (a feature extractor returns the pooled "
+                             "features only); export the classifier separately.")
+        return (FEATURES,)
     if "probabilities" not in names:
         raise ValueError(f"outputs {names}: an export needs 'probabilities' (its classifier's scores); "
                          "use ['logits', 'probabilities'] for both.")
     return tuple(n for n in OUTPUTS if n in names)
 
 
-def _with_tflite_metadata(content, graph, quantize, sizes):
+def _with_tflite_metadata(request, content, graph, sizes):
     """The .tflite bytes with TFLite Model Metadata: what MediaPipe and the Task Library need to classify."""
     from keras_vit import __version__
 
@@ -231,19 +274,27 @@ def _with_tflite_metadata(content, graph, quantize, sizes):
     descriptions = {
         "logits": f"the classification head's logits, (N, {model.classes})",
         "probabilities": f"softmax of the logits, (N, {model.classes}): the classifier's scores",
+        FEATURES: f"the pooled features (the head's input), (N, {_feature_dim(model)})",
     }
     descriptions.update({name: f"block {name.split('_')[1]}'s attention probabilities (N, heads, tokens, tokens)"
                          for name in graph.output_names if name.startswith("attention_")})
     h, w = sizes[0]
     return add_metadata(
         content, name=model.name, version=f"keras-vit {__version__}",
-        description=(f"{model.name}: a Vision Transformer (Dosovitskiy et al., 2021) classifying "
-                     f"{model.classes} classes, exported by keras-vit {__version__}"
-                     + (f", {quantize} quantized" if quantize else "") + "."),
-        class_names=getattr(model, "class_names", None), image_size=(h, w),
+        description=(f"{model.name}: a Vision Transformer (Dosovitskiy et al., 2021) "
+                     + (f"feature extractor ({_feature_dim(model)} features)" if graph.features
+                        else f"classifying {model.classes} classes")
+                     + f", exported by keras-vit {__version__}" + (f", {request.quantize} quantized" if request.quantize else "")
+                     + "."),
+        class_names=None if graph.features else getattr(model, "class_names", None), image_size=(h, w),
         input_description=(f"uint8 RGB images (N, {h}, {w}, 3), pixels 0-255 as decoded: feed them as they are "
                            f"(normalization mean 0, std 1); the graph scales them itself ({_scaling_text(model)})."),
         output_descriptions=descriptions)
+
+
+def _feature_dim(model):
+    """The width of the pooled features: the head's input (the pre-logits layer's, where there is one)."""
+    return int(model.stage_model("images", "pre_logits").output.shape[-1])
 
 
 def _view_text(model, size):
@@ -285,7 +336,22 @@ def _reference(graph, images, batch_size=64, view=False):
     return {k: np.concatenate([o[k].numpy() for o in outputs]) for k in outputs[0]}
 
 
+def _feature_parity(reference, exported, tolerance):
+    ref, out = reference[FEATURES], exported[FEATURES]
+    if not np.all(np.isfinite(out)):
+        raise ValueError(f"the export returns non-finite {FEATURES} (NaN or inf)")
+    report = {"samples": int(len(ref)), "max_abs_feature_diff": float(np.max(np.abs(ref - out)))}
+    attention = sorted(k for k in reference if k.startswith("attention_"))
+    if attention:
+        report["max_abs_attention_diff"] = float(max(np.max(np.abs(reference[k] - exported[k])) for k in attention))
+    if tolerance is not None:
+        report["tolerance"] = tolerance
+    return report
+
+
 def _parity(reference, exported, labels, tolerance):
+    if FEATURES in reference:  # a feature extractor: no classes to agree on
+        return _feature_parity(reference, exported, tolerance)
     key = "logits" if "logits" in reference else "probabilities"  # a probabilities-only export
     ref, out = reference[key], exported[key]
     if not np.all(np.isfinite(out)):
@@ -312,7 +378,13 @@ def _parity(reference, exported, labels, tolerance):
 
 
 def format_parity(report):
-    """One line: `max |logit diff| ..., top-1 agreement ...[, accuracy ...]`."""
+    """One line: `max |logit diff| ..., top-1 agreement ...[, accuracy ...]` (a feature extractor's:
+    `max |feature diff| ...`)."""
+    if "max_abs_feature_diff" in report:
+        line = f"max |feature diff| {report['max_abs_feature_diff']:.3g} ({report['samples']} images)"
+        if "max_abs_attention_diff" in report:
+            line += f", max |attention diff| {report['max_abs_attention_diff']:.3g}"
+        return line
     key = "logit" if "max_abs_logit_diff" in report else "probability"
     line = (f"max |{key} diff| {report[f'max_abs_{key}_diff']:.3g}, top-1 agreement "
             f"{100 * report['top1_agreement']:.2f}% ({report['top1_agreements']}/{report['samples']})")
@@ -360,7 +432,8 @@ def export_model(model: keras.Model | str | os.PathLike, path: str | os.PathLike
     uint8 input, the named outputs), which MediaPipe Tasks and the TFLite Task Library read.
 
     Args:
-        model: a `keras_vit.VisionTransformer` or the path of a `.keras` file. A model
+        model: a `keras_vit.VisionTransformer`, or what `keras_vit.load_model` opens: a `.keras`
+            file, an official `.npz`, a timm / transformers hub folder or a hub name. A model
             built under mixed_bfloat16 is exported from a float32 copy of its weights.
         path: the SavedModel folder, the `.tflite` or the `.onnx` file to write.
         format: "saved_model", "tflite" or "onnx" (tf2onnx's conversion of the SavedModel's
@@ -399,7 +472,11 @@ def export_model(model: keras.Model | str | os.PathLike, path: str | os.PathLike
             coremltools refuse that op.
         outputs: which of "logits" and "probabilities" the export returns: "probabilities"
             (or ["probabilities"]) makes a single-output classifier, as MediaPipe's
-            ImageClassifier and the TFLite Task Library expect.
+            ImageClassifier and the TFLite Task Library expect. "features" alone makes a
+            feature extractor: its one output `features` is the pooled representation (N, D),
+            the head's input (`model.stage_model("images", "pre_logits")`; for a headless
+            backbone such as DINOv2, its pooled output), checked against Keras to 1e-4 in float32;
+            a model without a head (include_top=False) exports this way only.
 
     Returns:
         The metadata dict written to `PATH.json`, with the parity report under "parity".
@@ -420,29 +497,27 @@ def export_model(model: keras.Model | str | os.PathLike, path: str | os.PathLike
             f"{keras.backend.backend()!r}: a .keras file written under any backend exports under it "
             "(`keras-vit export` starts that process by itself).")
     path = os.path.abspath(os.fspath(path)).rstrip(os.sep)
-    format = export_format(path, format)
-    outputs = _output_names(outputs)
+    request = ExportRequest(
+        path=path, format=export_format(path, format), quantize=quantize, attention=attention,
+        representative_images=representative_images, samples=samples, max_samples=max_samples,
+        calibration_images=calibration_images, overwrite=overwrite, seed=seed, image_sizes=image_sizes,
+        resize=resize, antialias=antialias, outputs=_output_names(outputs))
     recipe = _recipe_data(model)
-    meta_path = _check_request(path, format, quantize, representative_images, recipe, overwrite, image_sizes, resize)
-    _check_antialias(format, resize, antialias)
-    if format == "onnx":
-        _check_onnx(image_sizes)
+    meta_path = _check_request(request, recipe)
 
     model, source = _load_model(model)
-    native = check_exportable(model)
-    sizes = _export_sizes(model, native, format, image_sizes, resize)
-    kind = format + (f" ({quantize})" if quantize else "")
-    log.info("exporting %s to %s: %s%s", model.name, path, kind,
+    native = check_exportable(model, features=request.features)
+    sizes = _export_sizes(request, model, native)
+    log.info("exporting %s to %s: %s%s", model.name, path, request.kind,
              "" if sizes == [native] else ", sizes " + ", ".join(f"{h}x{w}" for h, w in sizes))
     model = float32_copy(model)
     if sizes != [native] or not resize:
         model = dynamic_twin(model)
-    graph = ServingGraph(model, attention=attention, outputs=outputs)
+    graph = ServingGraph(model, attention=attention, outputs=request.outputs)
     sample_split, calibration_split = "test", "train"
     if recipe is not None:
         sample_split, calibration_split = recipe["test_split"], recipe["train_split"]
-    sample_images, labels, sample_source = _sample_images(
-        model, graph.image_size, samples, recipe, sample_split, max_samples, seed)
+    sample_images, labels, sample_source = _sample_images(request, model, graph.image_size, recipe, sample_split)
     calibration = calibration_source = None
     if quantize in CALIBRATED:
         if representative_images is None:
@@ -454,27 +529,26 @@ def export_model(model: keras.Model | str | os.PathLike, path: str | os.PathLike
             max_images=calibration_images, seed=seed + 1, what="representative images")
         _warn_few_calibration_images(quantize, len(calibration), calibration_source, calibration_images)
 
-    with atomic_path(path, overwrite=overwrite, suffix={"tflite": ".tflite", "onnx": ".onnx"}.get(format, "")) as tmp:
-        exported = _write_export(graph, tmp, path, format, quantize, calibration, calibration_source, model.name,
-                                 sizes, resize, antialias)
+    suffix = {"tflite": ".tflite", "onnx": ".onnx"}.get(request.format, "")
+    with atomic_path(path, overwrite=overwrite, suffix=suffix) as tmp:
+        exported = _write_export(request, graph, tmp, sizes, calibration, calibration_source)
         reports = {}
         for i, size in enumerate(sizes):
             images = sample_images if size == graph.image_size else resize_images(sample_images, size)
-            run = exported[i] if format == "tflite" else exported[0]
+            run = exported[i] if request.format == "tflite" else exported[0]
             log.info("checking parity against Keras on %d images from %s%s", len(images), sample_source,
                      "" if len(sizes) == 1 else f" at {size[0]}x{size[1]}")
-            reports[size] = _check_parity(graph, run, images, labels, kind, quantize, format, model.name, path,
-                                          view=format != "tflite" and resize)
+            reports[size] = _check_parity(request, graph, run, images, labels)
         report = dict(reports[sizes[0]], sample_source=sample_source)
-        metadata = _metadata(model, source, format, quantize, graph, report, sizes, resize, antialias)
-        if format == "onnx":
+        metadata = _metadata(request, graph, source, report, sizes)
+        if request.format == "onnx":
             metadata.update(_onnx_metadata())
         if len(sizes) > 1:
             metadata["parity_by_size"] = {f"{h}x{w}": r for (h, w), r in reports.items()}
         if calibration is not None:
             metadata["calibration"] = {"images": int(len(calibration)), "source": calibration_source}
         text = json.dumps(metadata, indent=2) + "\n"
-        if format == "saved_model":
+        if request.format == "saved_model":
             os.makedirs(os.path.join(tmp, "assets.extra"), exist_ok=True)
             with open(os.path.join(tmp, "assets.extra", METADATA_NAME), "w", encoding="utf-8") as f:
                 f.write(text)
@@ -502,8 +576,10 @@ def _warn_few_calibration_images(quantize, count, source, limit):
                 quantize, count, source, MIN_CALIBRATION_IMAGES, more)
 
 
-def _check_request(path, format, quantize, representative_images, recipe, overwrite, image_sizes, resize):
+def _check_request(request, recipe):
     """Refuses a bad request before any work; returns the metadata path."""
+    path, format, quantize, resize, image_sizes = (request.path, request.format, request.quantize, request.resize,
+                                                   request.image_sizes)
     if not resize and format != "saved_model":
         raise ValueError("resize=False (--no-resize) applies to SavedModels; a TFLite export takes the sizes it "
                          "serves as given (image_sizes, --image-size).")
@@ -514,15 +590,18 @@ def _check_request(path, format, quantize, representative_images, recipe, overwr
         raise ValueError(f"Unknown quantization {quantize!r}; use one of {QUANTIZATIONS}.")
     if quantize and format != "tflite":
         raise ValueError(f"quantization ({quantize}) applies to TFLite exports only, not {format}.")
-    if quantize in CALIBRATED and representative_images is None and recipe is None:
+    if quantize in CALIBRATED and request.representative_images is None and recipe is None:
         raise ValueError(f"{quantize} quantization needs representative images to calibrate on (--representative IMAGES); "
                          "a model without the metrics.json of `keras-vit train` beside it has no data of its own.")
     if format == "tflite":
         litert_interpreter()
     meta_path = metadata_path(path)
     for target in (path, meta_path):
-        if os.path.exists(target) and not overwrite:
+        if os.path.exists(target) and not request.overwrite:
             raise FileExistsError(f"{target} exists; pass overwrite=True (--overwrite) to replace it.")
+    _check_antialias(format, resize, request.antialias)
+    if format == "onnx":
+        _check_onnx(image_sizes)
     return meta_path
 
 
@@ -549,11 +628,17 @@ def _onnx_metadata():
     return {"signatures": None, "onnx": onnx.versions()}
 
 
-def _sample_images(model, image_size, samples, recipe, split, max_samples, seed):
+def _sample_images(request, model, image_size, recipe, split):
     """The parity check's images: given, else the model's own test split (refused when it cannot be read),
-    else, for a model without metrics.json, random pixels with a warning."""
+    else, for a model without metrics.json, random pixels with a warning. A feature extractor's
+    are read without labels: it has no classes to match folders with."""
     class_names = getattr(model, "class_names", None)
+    samples, max_samples, seed = request.samples, request.max_samples, request.seed
     if samples is not None:
+        if request.features:
+            images, _, source = load_image_set(samples, image_size, labelled=False, split=split,
+                                               max_images=max_samples, seed=seed, what="samples")
+            return images, None, source
         return load_image_set(samples, image_size, class_names=class_names, classes=model.classes, split=split,
                               max_images=max_samples, seed=seed, what="samples")
     if recipe is not None:
@@ -574,8 +659,9 @@ def _sample_images(model, image_size, samples, recipe, split, max_samples, seed)
     return images, None, "32 images of random pixels (no samples given)"
 
 
-def _export_sizes(model, native, format, image_sizes, resize):
+def _export_sizes(request, model, native):
     """The sizes an export serves (and is checked at): [(h, w), ...], the first the default."""
+    format, image_sizes, resize = request.format, request.image_sizes, request.resize
     grid = model.patch_encoder.grid_size
     step = (native[0] // grid[0], native[1] // grid[1])  # the effective patch size
     if not image_sizes:
@@ -594,9 +680,9 @@ def _export_sizes(model, native, format, image_sizes, resize):
     return sizes
 
 
-def _write_export(graph, tmp, path, format, quantize, calibration, calibration_source, name, sizes, resize,
-                  antialias=False):
+def _write_export(request, graph, tmp, sizes, calibration, calibration_source):
     """Writes the SavedModel or the .tflite file to `tmp`; the export, loaded as a Classifier per signature."""
+    format, quantize, path, name = request.format, request.quantize, request.path, graph.model.name
     if format == "onnx":
         from keras_vit import onnx
 
@@ -608,17 +694,17 @@ def _write_export(graph, tmp, path, format, quantize, calibration, calibration_s
                  _size_text(len(content)), ", ".join(graph.output_names))
         return [onnx_classifier(tmp, {}, content=content)]
     if format == "saved_model":
-        graph.write_saved_model(tmp, resize=resize, antialias=antialias)
+        graph.write_saved_model(tmp, resize=request.resize, antialias=request.antialias)
         log.info("wrote the SavedModel: serving_default takes uint8 images of any size%s -> %s",
-                 "" if resize else " (multiples of the patch size, no resize)", ", ".join(graph.output_names))
+                 "" if request.resize else " (multiples of the patch size, no resize)", ", ".join(graph.output_names))
         return [saved_model_classifier(tmp, {})]
     if calibration is not None:
         log.info("converting to TFLite (builtin ops, %s), calibrating on %d images from %s",
                  quantize, len(calibration), calibration_source)
     else:
         log.info("converting to TFLite (builtin ops%s)", f", {quantize}" if quantize else "")
-    content = _convert_tflite(graph, path, quantize, calibration, name, sizes)
-    content = _with_tflite_metadata(content, graph, quantize, sizes)
+    content = _convert_tflite(request, graph, calibration, sizes)
+    content = _with_tflite_metadata(request, content, graph, sizes)
     with open(tmp, "wb") as f:
         f.write(content)
     log.info("converted: %s; %s -> %s", _size_text(len(content)), ", ".join(
@@ -628,9 +714,11 @@ def _write_export(graph, tmp, path, format, quantize, calibration, calibration_s
             for i, size in enumerate(sizes)]
 
 
-def _check_parity(graph, exported, images, labels, kind, quantize, format, name, path, view=False):
-    """Runs the export and the Keras model on `images`; the parity report, or a refusal."""
-    reference = _reference(graph, images, view=view)
+def _check_parity(request, graph, exported, images, labels):
+    """Runs the export and the Keras model on `images`; the parity report, or a refusal. An export that
+    resizes in its graph (not TFLite) is compared with the model's view of the images."""
+    kind, quantize, format, name, path = request.kind, request.quantize, request.format, graph.model.name, request.path
+    reference = _reference(graph, images, view=format != "tflite" and request.resize)
     try:
         outputs = exported(images)
     except Exception as e:
@@ -644,7 +732,8 @@ def _check_parity(graph, exported, images, labels, kind, quantize, format, name,
     except ValueError as e:
         raise ValueError(f"the {kind} export of {name}: {e}. Nothing was written to {path}.") from None
     log.info("parity: %s", format_parity(report))
-    key, what = ("logit", "logits") if "max_abs_logit_diff" in report else ("probability", "probabilities")
+    key, what = next((k, w) for k, w in (("feature", FEATURES), ("logit", "logits"), ("probability", "probabilities"))
+                     if f"max_abs_{k}_diff" in report)
     if tolerance is not None and report[f"max_abs_{key}_diff"] > tolerance:
         raise ValueError(
             f"the float32 {format} export of {name} differs from Keras by "
@@ -654,16 +743,17 @@ def _check_parity(graph, exported, images, labels, kind, quantize, format, name,
     return report
 
 
-def _metadata(model, source, format, quantize, graph, report, sizes, resize, antialias=False):
+def _metadata(request, graph, source, report, sizes):
     """What goes beside an export as JSON: its input, preprocessing, outputs, classes and parity."""
     from keras_vit import __version__
 
+    model, format = graph.model, request.format
     image_size = sizes[0] if format == "tflite" else graph.image_size
-    resizes = format != "tflite" and resize
+    resizes = format != "tflite" and request.resize
     return {
         "keras_vit": __version__,
         "format": format,
-        "quantization": quantize,
+        "quantization": request.quantize,
         "source": source,
         "image_size": list(image_size),
         "input": {"name": INPUT_NAME, "dtype": "uint8",
@@ -677,7 +767,9 @@ def _metadata(model, source, format, quantize, graph, report, sizes, resize, ant
         "crop_pct": float(model.crop_pct),
         "interpolation": model.interpolation,
         "outputs": graph.output_names,
-        "classes": int(model.classes),
-        "class_names": getattr(model, "class_names", None),
+        # a feature extractor has no classes (even where the model has a head): its output is the head's input
+        "classes": None if graph.features else int(model.classes),
+        "class_names": None if graph.features else getattr(model, "class_names", None),
+        **({"feature_dim": _feature_dim(model)} if graph.features else {}),
         "parity": report,
     }

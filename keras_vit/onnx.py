@@ -46,6 +46,19 @@ def _tf2onnx_errors():
         logger.removeHandler(handler)
 
 
+def _erfc(ctx, node, name, args):
+    """TensorFlow's Erfc as 1 - Erf: tf.nn.gelu(approximate=False), the exact GELU of timm's and
+    transformers' checkpoints, computes erfc, which tf2onnx does not map and ONNX has no op for."""
+    import numpy as np
+    from tf2onnx import utils
+
+    dtype = utils.map_onnx_to_numpy_type(ctx.get_dtype(node.input[0]))
+    erf = ctx.make_node("Erf", [node.input[0]])
+    one = ctx.make_const(utils.make_name(f"{name}_one"), np.array(1, dtype))
+    node.type = "Sub"
+    ctx.replace_inputs(node, [one.output[0], erf.output[0]])
+
+
 def convert(graph: ServingGraph, path: str, name: str) -> bytes:
     """The serving graph of `graph` (a `ServingGraph`), resizing inside, as ONNX model bytes.
 
@@ -69,7 +82,8 @@ def convert(graph: ServingGraph, path: str, name: str) -> bytes:
         spec = tf.TensorSpec((None, None, None, 3), tf.uint8, name=INPUT_NAME)
         with _tf2onnx_errors() as errors:
             try:
-                proto, _ = tf2onnx.convert.from_function(serve, input_signature=[spec], opset=OPSET)
+                proto, _ = tf2onnx.convert.from_function(serve, input_signature=[spec], opset=OPSET,
+                                                         custom_op_handlers={"Erfc": (_erfc, [])})
             except Exception as e:
                 errors.append(f"{type(e).__name__}: {e}")
     if errors:

@@ -25,6 +25,8 @@ log = logging.getLogger("keras_vit")
 
 METADATA_NAME = "keras_vit.json"  # inside a SavedModel, under assets.extra/
 INPUT_NAME = "images"
+# The output of a feature-extractor export (outputs="features"): the pooled representation, (N, D).
+FEATURES = "features"
 
 
 def metadata_path(path):
@@ -60,17 +62,20 @@ def float32_copy(model):
     return twin
 
 
-def check_exportable(model):
+def check_exportable(model, features=False):
+    """The size a model serves at, or a ValueError naming why it cannot be exported; with `features`, a
+    headless model (include_top=False) is fine: the export returns its pooled features."""
     from keras_vit.models import VisionTransformer
 
     if not isinstance(model, VisionTransformer):
         raise ValueError(
             f"expected a keras_vit.VisionTransformer, got {type(model).__name__} {getattr(model, 'name', '')!r}."
         )
-    if not model.include_top:
+    if not model.include_top and not features:
         raise ValueError(
-            f"{model.name!r} has no classification head (include_top=False); the export's outputs are "
-            "logits and probabilities."
+            f"{model.name!r} has no classification head (include_top=False), and a classifier export's outputs "
+            "are logits and probabilities: export its pooled features instead with outputs='features' "
+            "(--outputs features)."
         )
     shape = tuple(model.input_shape)
     if len(shape) == 4 and shape[-1] != 3:
@@ -107,23 +112,30 @@ class ServingGraph:
     """The model's layers rewired for serving: true logits (from the head, before any
     `predictions` activation) and, on request, every block's attention probabilities;
     `outputs` keeps only some of logits and probabilities (e.g. ("probabilities",) for a
-    single-output classifier). No numerics are re-implemented: the model's own layers run."""
+    single-output classifier), or is ("features",): a feature extractor returning the pooled
+    representation (the head's input, `stage_model("images", "pre_logits")`), headless models too.
+    No numerics are re-implemented: the model's own layers run."""
 
     def __init__(self, model, attention=False, outputs=("logits", "probabilities")):
         self.model = model
         self.outputs = tuple(outputs)
-        self.image_size = check_exportable(model)
+        self.features = FEATURES in self.outputs
+        self.image_size = check_exportable(model, features=self.features)
         # the model's feature API (VisionTransformer.stage_model / forward_blocks), not layer names
-        self.logits = model.stage_model("images", "logits")
+        end = "pre_logits" if self.features else "logits"
+        self.body = model.stage_model("images", end)
         self.attention = bool(attention)
         if self.attention:
             self._stem = model.stage_model("images", "embedded")
             self._num_blocks = model.num_layers
-            self._tail = model.stage_model("encoded", "logits")
+            self._tail = model.stage_model("encoded", end)
 
     @property
     def output_names(self):
-        names = [name for name in ("logits", "probabilities") if name in self.outputs]
+        if self.features:
+            names = [FEATURES]
+        else:
+            names = [name for name in ("logits", "probabilities") if name in self.outputs]
         if self.attention:
             names += [f"attention_{i}" for i in range(self._num_blocks)]
         return names
@@ -138,11 +150,14 @@ class ServingGraph:
             for i, (tokens, probs) in enumerate(self.model.forward_blocks(x, return_attention=True)):
                 outputs[f"attention_{i}"] = tf.cast(probs, tf.float32)
                 x = tokens
-            logits = self._tail(x)
+            y = self._tail(x)
         else:
-            logits = self.logits(x)
-        logits = tf.cast(logits, tf.float32)
-        outputs.update(logits=logits, probabilities=tf.nn.softmax(logits, axis=-1))
+            y = self.body(x)
+        y = tf.cast(y, tf.float32)
+        if self.features:
+            outputs[FEATURES] = y
+        else:
+            outputs.update(logits=y, probabilities=tf.nn.softmax(y, axis=-1))
         return {name: outputs[name] for name in self.output_names}
 
     def serving_function(self, resize, antialias=False):
@@ -260,7 +275,11 @@ class Classifier:
         >>> clf.classify(keras_vit.load_image("tests/data/cifar10_sample/cat/0511.jpg"), top=2)
         [[(3, 'cat', ...), (7, 'horse', ...)]]
         """
-        probabilities = self(images)["probabilities"]
+        outputs = self(images)
+        if "probabilities" not in outputs:
+            raise ValueError(f"{self.path} returns {sorted(outputs)}, not class probabilities: a feature extractor "
+                             "(exported with outputs='features') has no classes; call it for its features.")
+        probabilities = outputs["probabilities"]
         names = self.class_names
         if names is None and probabilities.shape[-1] != 1000:
             names = [f"class {i}" for i in range(probabilities.shape[-1])]
@@ -311,10 +330,12 @@ def _eager_serving(graph):
 
     def run(images):
         x = np.asarray(model_view(images, graph.image_size, crop_pct, interpolation))
-        logits = graph.logits(preprocess_input(x, model=graph.model), training=False)
-        logits = keras.ops.convert_to_numpy(logits).astype(np.float32)
-        probabilities = keras.ops.convert_to_numpy(keras.ops.softmax(logits, axis=-1))
-        outputs = {"logits": logits, "probabilities": probabilities}
+        y = graph.body(preprocess_input(x, model=graph.model), training=False)
+        y = keras.ops.convert_to_numpy(y).astype(np.float32)
+        if graph.features:
+            outputs = {FEATURES: y}
+        else:
+            outputs = {"logits": y, "probabilities": keras.ops.convert_to_numpy(keras.ops.softmax(y, axis=-1))}
         return {name: outputs[name] for name in graph.output_names}
 
     return run

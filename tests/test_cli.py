@@ -93,7 +93,7 @@ def test_help_lists_each_choice_once_and_says_what_the_command_reads(command):
     if command == "predict":
         assert all(kind in text for kind in (".keras", "SavedModel", ".tflite", ".onnx")), text
     if command == "export":
-        assert "logits,probabilities (the default: both) or probabilities" in text
+        assert "logits,probabilities (the default: both), probabilities" in text and "or features" in text
 
 
 def _top_lines(stdout):

@@ -618,3 +618,49 @@ def test_shipped_cifar10_model_exports_int8_from_a_clone_on_the_shipped_calibrat
     metadata = json.loads(out.with_name(out.name + ".json").read_text())
     assert metadata["calibration"]["images"] == 200
     assert metadata["parity"]["samples"] == 20 and metadata["parity"]["top1_agreement"] >= 0.85
+
+
+# ---------------------------------------------------------------------------------------
+# Feature extractors (outputs="features"): a headless backbone's pooled features, as Keras computes them.
+
+DINOV2_REG4 = DATA / "zoo" / "timm_dinov2_reg4"  # timm's vit_small_patch14_reg4_dinov2, tiny: 4 registers, headless
+
+
+def keras_features(model, images):
+    """The pooled features Keras computes on uint8 images, through the model's own view of them."""
+    from keras_vit.images import model_view, view_policy
+
+    x = np.asarray(model_view(images.astype("float32"), model.image_size, *view_policy(model)))
+    return np.asarray(model.stage_model("images", "pre_logits")(keras_vit.preprocess_input(x, model=model)))
+
+
+def test_a_register_backbone_exports_its_pooled_features_to_tflite_from_the_cli(tmp_path):
+    model = keras_vit.load_model(DINOV2_REG4)
+    assert not model.include_top and model.register_tokens == 4
+    images = np.random.default_rng(0).integers(0, 256, (5, 56, 56, 3), dtype=np.uint8)
+    out = tmp_path / "dinov2.tflite"
+    assert main(["export", str(DINOV2_REG4), "--out", str(out), "--outputs", "features",
+                 "--samples", str(CIFAR10_SAMPLE)]) == 0
+    metadata = json.loads(pathlib.Path(metadata_path(out)).read_text())
+    assert metadata["outputs"] == ["features"] and metadata["feature_dim"] == 32
+    assert metadata["classes"] is None and metadata["class_names"] is None
+    assert metadata["parity"]["max_abs_feature_diff"] <= 1e-4 and metadata["parity"]["tolerance"] == 1e-4
+    exported = load_classifier(out)(images)
+    assert sorted(exported) == ["features"] and exported["features"].shape == (5, 32)
+    assert np.abs(exported["features"] - keras_features(model, images)).max() <= 1e-4
+    with pytest.raises(ValueError, match="feature extractor"):
+        load_classifier(out).classify(images)
+
+
+def test_feature_exports_of_a_classifier_give_the_head_input_and_bad_requests_are_refused(tmp_path):
+    model = randomize(tiny_vit(representation_size=24))
+    metadata = export_model(model, tmp_path / "features_savedmodel", outputs="features")
+    assert metadata["outputs"] == ["features"] and metadata["feature_dim"] == 24  # the pre-logits layer's width
+    images = np.random.default_rng(1).integers(0, 256, (3, 32, 32, 3), dtype=np.uint8)
+    exported = load_classifier(str(tmp_path / "features_savedmodel"))(images)["features"]
+    assert np.abs(exported - keras_features(model, images)).max() <= 1e-4
+    with pytest.raises(ValueError, match=r"no classification head .* outputs='features' \(--outputs features\)"):
+        export_model(keras_vit.load_model(DINOV2_REG4), tmp_path / "d.tflite")
+    with pytest.raises(ValueError, match="'features' stands alone"):
+        export_model(model, tmp_path / "m.tflite", outputs=["features", "logits"])
+    assert sorted(os.listdir(tmp_path)) == ["features_savedmodel", "features_savedmodel.json"]

@@ -118,6 +118,7 @@ FLOORS = {
     "keras_vit.formats": 3, "keras_vit.formats._assign": 3, "keras_vit.formats._torch": 3,
     "keras_vit.formats.official": 3, "keras_vit.formats.timm": 3, "keras_vit.formats.transformers": 3,
     "keras_vit.applications": 4, "keras_vit.data": 4, "keras_vit.loading": 4, "keras_vit.factory": 4,
+    "keras_vit.analysis": 4,
     "keras_vit.serving": 5, "keras_vit.onnx": 5, "keras_vit.export": 5,
     # training/: config, distribution, optimizers and keras_patches below the loop; the package re-exports them all
     "keras_vit.training.config": 5, "keras_vit.training.distribution": 5, "keras_vit.training.optimizers": 5,

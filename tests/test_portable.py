@@ -300,3 +300,22 @@ def test_coreml_converts_the_default_saved_model(tiny_model, tmp_path):
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "OUTPUTS Identity Identity_1" in done.stdout
     assert (tmp_path / "vit.mlpackage" / "Manifest.json").is_file()
+
+
+def test_a_register_backbone_exports_its_pooled_features_to_onnx(tmp_path):
+    """timm's DINOv2 with registers (tiny, headless, exact GELU: TensorFlow's Erfc, mapped as 1 - Erf)."""
+    from keras_vit.images import model_view, view_policy
+
+    folder = DATA / "zoo" / "timm_dinov2_reg4"
+    model = keras_vit.load_model(folder)
+    path = tmp_path / "dinov2.onnx"
+    metadata = export_model(str(folder), path, outputs="features")
+    assert metadata["outputs"] == ["features"] and metadata["parity"]["max_abs_feature_diff"] <= 1e-4
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert [(o.name, o.shape) for o in session.get_outputs()] == [("features", ["batch", 32])]
+    for size in [(56, 56), (70, 48)]:  # its own size, and another, resized inside as the model views it
+        images = np.random.default_rng(size[1]).integers(0, 256, (3, *size, 3), dtype=np.uint8)
+        x = np.asarray(model_view(images.astype("float32"), model.image_size, *view_policy(model)))
+        expected = model.stage_model("images", "pre_logits")(keras_vit.preprocess_input(x, model=model))
+        (features,) = session.run(["features"], {"images": images})
+        assert np.abs(features - np.asarray(expected)).max() <= 1e-4, size

@@ -410,3 +410,72 @@ def test_the_papers_claims_hold_on_the_shipped_cifar10_model(record_property):
     assert rho < -0.3, f"position-embedding similarity does not fall with grid distance (Spearman {rho:+.3f})"
     # ... and attention reaches further in deep layers than in the first.
     assert last > first, f"mean attention distance of the last layer {last:.2f} px <= the first {first:.2f} px"
+
+
+# --------------------------------------------------------------------------- register and distillation tokens
+
+ZOO = DATA / "zoo"
+# (fixture, tokens before the patches, position-table rows before the patches' rows), from tests/data/zoo/cases.json
+PREFIXED = [("timm_dinov2_reg4", 5, 0), ("hf_dinov2_reg", 5, 1), ("timm_deit_distilled", 2, 2)]
+
+
+def _class_token_rollout(attentions, prefix):
+    """The class token's rollout over the patch tokens alone, written out for this test (not viz.rollout)."""
+    joint = None
+    for probs in attentions:
+        a = np.asarray(probs, np.float64).mean(axis=1) + np.eye(probs.shape[-1])
+        a /= a.sum(-1, keepdims=True)
+        joint = a if joint is None else a @ joint
+    row = joint[:, 0, prefix:]  # the class token's row; the registers' (and distillation token's) columns left out
+    return row / row.sum(-1, keepdims=True)
+
+
+@pytest.mark.parametrize("name, prefix, posemb_prefix", PREFIXED)
+def test_register_and_distillation_models_map_the_class_token_over_the_patches_only(name, prefix, posemb_prefix):
+    import keras_vit
+
+    model = keras_vit.load_model(ZOO / name)
+    assert model.num_prefix_tokens == prefix and model.num_posemb_prefix_tokens == posemb_prefix
+    images = keras_vit.preprocess_input(viz.load_images(CIFAR_IMAGES[:2], model.image_size), model=model)
+    gh, gw = model.patch_encoder.grid_size
+    maps = viz.attention_rollout(model, images)
+    attentions = model.forward_intermediates(images, return_attention=True)["attention"]
+    assert attentions[0].shape[-1] == prefix + gh * gw
+    assert maps.shape == (2, gh, gw)
+    np.testing.assert_allclose(maps.reshape(2, -1), _class_token_rollout(attentions, prefix), atol=1e-6)
+    # attention distance over patch queries and keys only: the registers' rows and columns are not patches
+    distance = viz.mean_attention_distance(model, images)
+    assert distance.shape == (model.num_layers, model.num_heads) and np.all(distance >= 0)
+    assert np.all(distance <= viz.patch_centre_distances((gh, gw), viz.patch_pixels(model)).max())
+    # one similarity map per patch position: the class token's row of the table (where it has one) left out
+    assert viz.position_embedding_similarity(model).shape == (gh, gw, gh, gw)
+
+
+def test_visualize_command_draws_a_register_model_from_its_hub_folder(tmp_path):
+    """The figures of a DINOv2-with-registers checkpoint, normalized with ImageNet's mean and std (inputs
+    past [-1, 1]), read by `keras-vit visualize` straight from the timm folder; the photos come back."""
+    from keras_vit.cli import main
+
+    out = tmp_path / "figs"
+    assert main(["visualize", str(ZOO / "timm_dinov2_reg4"), "--image", *map(str, CIFAR_IMAGES[:2]),
+                 "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.glob("*.png")) == sorted(f"{f}.png" for f in viz.FIGURES)
+    rollout = json.loads((out / "attention_rollout.json").read_text())
+    assert rollout["source"] == "class token" and rollout["grid_size"] == [4, 4]
+    with np.load(out / "attention_rollout.npz") as saved:
+        expected = viz.load_images(CIFAR_IMAGES[:2], (56, 56), model=viz.load_model(ZOO / "timm_dinov2_reg4"))
+        assert np.abs(saved["images"].astype(int) - np.round(expected).astype(int)).max() <= 1
+
+
+def test_the_numbers_import_without_matplotlib():
+    """keras_vit.analysis is the figures' numbers without matplotlib: importing it (and computing) loads none."""
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np, keras_vit.analysis as a\n"
+            "a.rollout([np.full((1, 1, 5, 5), 0.2)])\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'matplotlib'))")
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip().splitlines()[-1] == "[]"
+    assert viz.attention_rollout is __import__("keras_vit.analysis").analysis.attention_rollout  # re-exported
