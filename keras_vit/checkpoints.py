@@ -23,7 +23,8 @@ from keras_vit.formats._torch import PICKLE_SUFFIXES, refuse_pickle
 from keras_vit.formats.official import (LAYOUTS, POSEMB_KEY, from_official_config, load_archive,  # noqa: F401
                                         load_official_npz, official_key, open_checkpoint, read_npz_index,
                                         save_official_npz)
-from keras_vit.models import VisionTransformer, create_model
+from keras_vit.config import ViTConfig
+from keras_vit.models import VisionTransformer
 # copy_weights lives with the resampling it needs; checkpoints re-exports it.
 from keras_vit.posemb import copy_weights  # noqa: F401
 from keras_vit.posemb import stored_grid
@@ -206,8 +207,8 @@ def convert_checkpoint(checkpoint, out, *, variant, image_size=224, classes=1000
         raise FileExistsError(f"{out} exists; pass overwrite=True (--overwrite) to replace it.")
     with open_checkpoint(checkpoint) as archive:  # opened once: its headers size the model, then it loads
         classifier = "token" if "cls" in archive.index else "gap"
-        model = create_model(variant, image_size=image_size, classes=classes, classifier=classifier,
-                             representation_size=representation_size)
+        model = VisionTransformer(ViTConfig.from_preset(variant, image_size=image_size, classes=classes,
+                                                        classifier=classifier, representation_size=representation_size))
         log.info("built %s at %s with %d classes (%s classifier)", variant, model.image_size, classes, classifier)
         load_archive(model, archive, resample=resample)
     with atomic_path(out, overwrite=overwrite) as tmp:

@@ -421,17 +421,3 @@ def _pool_and_head(x, c, stages):
         if c.classifier_activation is not None:
             x = keras.layers.Activation(c.classifier_activation, name="predictions", dtype=head_dtype)(x)
     return x
-
-
-def create_model(variant: str, **kwargs: Any) -> VisionTransformer:
-    """A VisionTransformer of a named variant, without weights: `VisionTransformer(ViTConfig.from_preset(variant,
-    **fields), name=..., input_tensor=...)`. Kept for the modules below the loaders that still build by
-    variant name; the public `keras_vit.create_model` (keras_vit/factory.py) also loads `weights=`.
-
-    Example:
-    >>> create_model("Ti/16", image_size=384, classes=10).count_params()
-    5599306
-    """
-    check_keywords(kwargs, vit_keywords(), "create_model")
-    model_kwargs = {key: kwargs.pop(key) for key in ("name", "input_tensor", *MODEL_KEYWORDS) if key in kwargs}
-    return VisionTransformer(ViTConfig.from_preset(variant, **kwargs), **model_kwargs)

@@ -263,6 +263,7 @@ def from_pretrained(path: str | os.PathLike, *, resample: str | None = None, var
 
 
 def _build_and_load(checkpoint, path, resample, variant, overrides):
+    from keras_vit.config import ViTConfig
     from keras_vit.models import VARIANTS, VisionTransformer, canonical_variant
 
     fmt, args = checkpoint.format, checkpoint.args
@@ -284,7 +285,7 @@ def _build_and_load(checkpoint, path, resample, variant, overrides):
     args.update(overrides)
     if args.get("class_names") is None:
         args.pop("class_names", None)
-    model = VisionTransformer(**args)
+    model = VisionTransformer(ViTConfig(**args))
     log.info("built a %s ViT (%s) from %s: %dx%d images, %d classes", fmt, _sizes_text(model), path,
              *model.image_size, model.classes if model.include_top else 0)
     checkpoint.load(model, resample or ("official" if fmt == "official" else model.posemb_resample))

@@ -18,6 +18,7 @@ import numpy as np
 
 from keras_vit._common import check_keywords, refuse_unknown_keywords
 from keras_vit._files import atomic_path
+from keras_vit.config import ViTConfig
 from keras_vit.formats._assign import ArraySource, KeyTable, check_channels, load_into
 from keras_vit.formats._torch import refuse_pickle
 from keras_vit.models import VisionTransformer, vit_keywords
@@ -373,4 +374,4 @@ def from_official_config(config, image_size=224, **kwargs):
                                             "width_factor": resnet.get("width_factor", 1)},
     )
     args.update(kwargs)
-    return VisionTransformer(**args)
+    return VisionTransformer(ViTConfig(**args))

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import ast
 import copy
+import dataclasses
 import importlib.util
 import os
 from typing import Any, Iterable
 
 from keras_vit._files import nearest
 from keras_vit._recipes import RECIPES_DIR, find_recipe, shipped_recipes  # noqa: F401  (public here)
+from keras_vit.config import ViTConfig
 
 # Every key a recipe may set, with its default. Recipes return their own values for the
 # keys they care about; `--set key=value` (dotted for model.*) overrides any of them.
@@ -89,9 +91,12 @@ DEFAULTS = {
     "jit_compile": False,  # XLA: slower in bfloat16 on CPU, faster or equal in float32 on some; True on GPU/TPU
 }
 
-MODEL_KEYS = ("variant", "image_size", "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim",
-              "classifier", "representation_size", "resnet", "dropout_rate", "attention_dropout_rate",
-              "drop_path_rate", "pooling", "approximate_gelu", "attention_implementation", "distillation")
+# A recipe's model section takes every architectural option of ViTConfig (keras_vit/config.py), so a new
+# option is a recipe key with no list to edit; the run itself decides the head (from the data's classes)
+# and the input's channels and statistics (the init checkpoint's, see loop.model_input).
+RUN_DECIDES = ("channels", "classes", "include_top", "classifier_activation", "class_names", "pixel_mean", "pixel_std",
+               "crop_pct", "interpolation")
+MODEL_KEYS = tuple(f.name for f in dataclasses.fields(ViTConfig) if f.name not in RUN_DECIDES)
 # Keys for which "none" is a value, not None: `--set crop=none` (resize only).
 NONE_IS_A_NAME = ("crop",)
 # Recipe sections set key by key (`--set distill.kind=soft`); the model's keys are MODEL_KEYS.

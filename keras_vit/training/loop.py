@@ -184,14 +184,15 @@ def build_model(config, class_names):
     """The model a run trains, built in the strategy's scope: from a timm / transformers checkpoint's own
     config (`hub_checkpoint`), else from the recipe's model keys (at `model_input`'s size and statistics)
     with `init_checkpoint`'s weights loaded."""
-    from keras_vit.models import VisionTransformer, create_model
+    from keras_vit.config import ViTConfig
+    from keras_vit.models import VisionTransformer
 
     if hub_checkpoint(config["init_checkpoint"]):
         return _from_hub_checkpoint(config, class_names)
     kwargs = {k: v for k, v in config["model"].items() if v is not None and k != "variant"}
     kwargs.update(model_input(config), classes=len(class_names), class_names=class_names, classifier_activation=None)
     variant = config["model"].get("variant")
-    model = create_model(variant, **kwargs) if variant else VisionTransformer(**kwargs)
+    model = VisionTransformer(ViTConfig.from_preset(variant, **kwargs) if variant else ViTConfig(**kwargs))
     if config["init_checkpoint"]:
         from keras_vit.checkpoints import load_weights
 
