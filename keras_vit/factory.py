@@ -20,19 +20,27 @@ from keras_vit._common import check_keywords, keywords_of
 from keras_vit._common import to_pair as _pair
 from keras_vit.checkpoints import load_weights
 from keras_vit.config import ViTConfig
+from keras_vit.formats import timm
 from keras_vit.models import MODEL_KEYWORDS, VisionTransformer, vit_keywords
-from keras_vit.presets import PRESETS
+from keras_vit.presets import PRESETS, timm_family
 
 
 def create_model(variant: str, *, weights: str | None = None, name: str | None = None,
                  input_tensor: keras.KerasTensor | None = None, **fields: Any) -> VisionTransformer:
-    """A VisionTransformer of a named variant ("B/16", "ViT-L_16", "R50+ViT-B_16", ...), with its weights.
+    """A VisionTransformer of a named variant ("B/16", "ViT-L_16", "R50+ViT-B_16", ...) or of a timm
+    architecture ("vit_small_patch14_dinov2", "deit_base_distilled_patch16_224", ...), with its weights.
 
     Keyword arguments are `ViTConfig` fields that override the variant's (`ViTConfig.from_preset`);
-    the model's `variant` is the preset's name unless they change its sizes.
+    the model's `variant` is the preset's name unless they change its sizes. A timm architecture name
+    builds what keras-vit's timm reader builds for a checkpoint of that name (DeiT's distillation
+    token, DINOv2's LayerScale and registers, CLIP's pre-norm, SigLIP's attention pool, BEiT's relative
+    position bias, ...; `keras_vit.presets.TIMM_FAMILIES`), 1000 classes unless `classes` or
+    `include_top` say otherwise; its parameter count is timm's (`keras_vit.presets.TIMM_PRESETS` lists
+    the families' published sizes).
 
     Args:
-        variant: the preset, by any of its names (`keras_vit.presets.PRESETS`).
+        variant: the preset, by any of its names (`keras_vit.presets.PRESETS`), or a timm
+            architecture name (`keras_vit.presets.TIMM_ARCHITECTURES`).
         weights: None, a path to an official `.npz`, a `.keras` or `.weights.h5` file, or a released
             checkpoint name ("imagenet", "imagenet21k", "augreg", ...), loaded by
             `keras_vit.checkpoints.load_weights` (resampled to the model's grid if need be).
@@ -43,14 +51,35 @@ def create_model(variant: str, *, weights: str | None = None, name: str | None =
     Example:
     >>> create_model("Ti/16", image_size=384, classes=10).count_params()
     5599306
+    >>> model = create_model("vit_small_patch14_reg4_dinov2", image_size=56, include_top=False)
+    >>> model.config.register_tokens, model.config.layer_scale, model.config.grid, model.output_shape
+    (4, 1e-05, (4, 4), (None, 384))
     """
     check_keywords(fields, vit_keywords(), "create_model")
     trainable = {key: fields.pop(key) for key in MODEL_KEYWORDS if key in fields}
-    model = VisionTransformer(ViTConfig.from_preset(variant, **fields), name=name, input_tensor=input_tensor,
-                              **trainable)
+    if timm_family(str(variant)) is not None:
+        config = timm_config(str(variant), **fields)
+    else:
+        config = ViTConfig.from_preset(variant, **fields)
+    model = VisionTransformer(config, name=name, input_tensor=input_tensor, **trainable)
     if weights is not None:
         load_weights(model, weights)
     return model
+
+
+def timm_config(architecture: str, **overrides: Any) -> ViTConfig:
+    """The ViTConfig of a timm architecture name, as keras-vit's timm reader reads a checkpoint of that
+    name with no model_args (`keras_vit.formats.timm.args_from_config`), `overrides` replacing its fields.
+
+    Example:
+    >>> config = timm_config("vit_base_patch16_siglip_224", classes=10)
+    >>> config.pooling, config.classifier, config.classes, config.mlp_dim
+    ('map', 'gap', 10, 3072)
+    """
+    check_keywords(overrides, vit_keywords() - set(MODEL_KEYWORDS), "timm_config")
+    args, _ = timm.args_from_config({"architecture": architecture}, None, f"timm architecture {architecture!r}")
+    args.pop("class_names", None)  # none without a config's label names
+    return ViTConfig(**{**args, **overrides})
 
 
 def _application(variant, include_top=True, weights=None, input_tensor=None, input_shape=None, pooling=None,

@@ -10,7 +10,9 @@ Example:
 """
 
 import dataclasses
+import difflib
 import os
+import re
 
 # The public release (gs://vit_models), reachable over HTTPS; overridable for mirrors.
 WEIGHTS_URL_ENV = "KERAS_VIT_WEIGHTS_URL"
@@ -121,8 +123,28 @@ def canonical_variant(name):
         key = f"{head}/{key[len(head):]}"
     table = {k.upper(): k for k in PRESETS}
     if key not in table:
-        raise ValueError(f"Unknown ViT variant {name!r}. Known variants: {', '.join(PRESETS)}.")
+        if timm_family(str(name)) is not None:
+            raise ValueError(f"{name!r} is a timm architecture, not one of the paper's variants: "
+                             f"keras_vit.create_model({str(name)!r}) builds it.")
+        raise ValueError(f"Unknown ViT variant {name!r}.{did_you_mean(name)} Known variants: {', '.join(PRESETS)}; "
+                         f"and timm's families ({', '.join(TIMM_ARCHITECTURES)}; keras_vit.presets.TIMM_PRESETS lists "
+                         "their published sizes), which keras_vit.create_model builds.")
     return table[key]
+
+
+def did_you_mean(name):
+    """' Did you mean ...?' naming the preset names (the paper's, the official ones, timm's) closest to
+    a misspelled `name`, or ''.
+
+    Example:
+    >>> did_you_mean("vit_small_patch14_dinov3")
+    " Did you mean 'vit_small_patch14_dinov2' or 'vit_small_patch14_reg4_dinov2'?"
+    >>> did_you_mean("b/61"), did_you_mean("deit_base_distiled_patch16_224")
+    ('', " Did you mean 'deit_base_distilled_patch16_224' or 'deit_base_distilled_patch16_384'?")
+    """
+    known = [*PRESETS, *(p.official_name for p in PRESETS.values()), *timm_presets()]
+    close = difflib.get_close_matches(str(name).strip(), known, n=2, cutoff=0.8)
+    return f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
 
 
 def weights_url():
@@ -172,3 +194,114 @@ def missing_checkpoint(path):
                                  "keras_vit.presets.PRESETS names each variant's files): download one and pass its path.")
     return FileNotFoundError(f"No checkpoint at {path}: give an official .npz, a timm or transformers hub folder "
                              "(config.json + model.safetensors) or a .safetensors file with config.json beside it.")
+
+
+# -- the ViT families of timm -----------------------------------------------------------------
+# One table, read by formats/timm.py's reader (which timm architectures keras-vit reads and what each
+# name implies) and by `create_model("vit_small_patch14_dinov2")` (the same architecture, no weights).
+
+# timm's ViT sizes: (embed_dim, depth, num_heads), timm/models/vision_transformer.py.
+TIMM_SIZES = {
+    "tiny": (192, 12, 3), "small": (384, 12, 6), "base": (768, 12, 12), "large": (1024, 24, 16),
+    "huge": (1280, 32, 16), "giant": (1536, 40, 24), "so400m": (1152, 27, 16),
+}
+# timm architectures keras-vit reads, and their family. What each family implies beyond a plain ViT is
+# `timm_model_args`'s (as timm's entrypoints set it: config.json's model_args do not say it, they override it).
+# timm/models/vision_transformer.py, deit.py, beit.py.
+TIMM_FAMILIES = (
+    (re.compile(r"^(vit|deit)_(?P<size>tiny|small|base|large|huge)_patch(?P<patch>\d+)_(?P<img>\d+)$"), "plain"),
+    (re.compile(r"^deit_(?P<size>tiny|small|base)_distilled_patch(?P<patch>16)_(?P<img>\d+)$"), "deit_distilled"),
+    (re.compile(r"^vit_(?P<size>small|base|large|giant)_patch(?P<patch>14)_(?:reg(?P<reg>\d+)_)?dinov2$"), "dinov2"),
+    (re.compile(r"^vit_(?P<size>base|large|huge)_patch(?P<patch>\d+)_clip_(?P<quick>quickgelu_)?(?P<img>\d+)$"),
+     "clip"),
+    (re.compile(r"^vit_(?P<size>base|large|so400m)_patch(?P<patch>\d+)_siglip_(?P<gap>gap_)?(?P<img>\d+)$"),
+     "siglip"),
+    (re.compile(r"^beit_(?P<size>base|large)_patch(?P<patch>16)_(?P<img>\d+)$"), "beit"),
+)
+TIMM_ARCHITECTURES = ("vit_{tiny,...,huge}_patch{P}_{SIZE}", "deit_{tiny,small,base}[_distilled]_patch16_{SIZE}",
+                      "vit_{small,base,large,giant}_patch14[_reg{N}]_dinov2", "vit_*_clip[_quickgelu]_{SIZE}",
+                      "vit_*_siglip[_gap]_{SIZE}", "beit_{base,large}_patch16_{SIZE}")
+
+# The families' published sizes, by timm architecture name: `create_model(name)` builds each (any name
+# TIMM_FAMILIES matches builds; these are the ones timm publishes weights for, their parameter counts
+# tested against timm's own, tests/data/timm_presets/). Not vit_so400m_patch14_siglip_384: 384 is not a
+# multiple of its 14-pixel patch, timm's patch convolution drops the last 6 rows and columns, keras-vit
+# refuses to crop (image_size=378 builds its architecture, the same 27x27 grid).
+TIMM_PRESETS = {
+    "DeiT (distilled)": ("deit_tiny_distilled_patch16_224", "deit_small_distilled_patch16_224",
+                         "deit_base_distilled_patch16_224", "deit_base_distilled_patch16_384"),
+    "DINOv2": ("vit_small_patch14_dinov2", "vit_base_patch14_dinov2", "vit_large_patch14_dinov2",
+               "vit_giant_patch14_dinov2"),
+    "DINOv2 with registers": ("vit_small_patch14_reg4_dinov2", "vit_base_patch14_reg4_dinov2",
+                              "vit_large_patch14_reg4_dinov2", "vit_giant_patch14_reg4_dinov2"),
+    "CLIP": ("vit_base_patch32_clip_224", "vit_base_patch16_clip_224", "vit_large_patch14_clip_224",
+             "vit_large_patch14_clip_336", "vit_huge_patch14_clip_224"),
+    "CLIP (QuickGELU)": ("vit_base_patch32_clip_quickgelu_224", "vit_base_patch16_clip_quickgelu_224",
+                         "vit_large_patch14_clip_quickgelu_224", "vit_large_patch14_clip_quickgelu_336",
+                         "vit_huge_patch14_clip_quickgelu_224"),
+    "SigLIP": ("vit_base_patch16_siglip_224", "vit_base_patch16_siglip_384", "vit_base_patch16_siglip_gap_224",
+               "vit_large_patch16_siglip_256", "vit_large_patch16_siglip_384", "vit_so400m_patch14_siglip_224"),
+    "BEiT": ("beit_base_patch16_224", "beit_base_patch16_384", "beit_large_patch16_224"),
+}
+
+
+def timm_family(arch):
+    """(family, regex match) of a timm architecture name keras-vit reads, else None.
+
+    Example:
+    >>> family, match = timm_family("vit_small_patch14_reg4_dinov2")
+    >>> family, match["size"], match["reg"]
+    ('dinov2', 'small', '4')
+    >>> timm_family("convnext_tiny") is None
+    True
+    """
+    for pattern, name in TIMM_FAMILIES:
+        match = pattern.match(arch)
+        if match:
+            return name, match
+    return None
+
+
+def timm_model_args(name, match):
+    """The model_args a timm architecture name implies (its entrypoint's), in timm's names: the
+    features of its family (`timm_family`'s) at its size.
+
+    Example:
+    >>> timm_model_args(*timm_family("vit_base_patch16_clip_quickgelu_224"))["act_layer"]
+    'quick_gelu'
+    """
+    embed_dim, depth, heads = TIMM_SIZES[match["size"]]
+    implied = dict(embed_dim=embed_dim, depth=depth, num_heads=heads, patch_size=int(match["patch"]))
+    if match.groupdict().get("img"):
+        implied["img_size"] = int(match["img"])
+    if name == "deit_distilled":
+        implied["distilled"] = True
+    elif name == "dinov2":
+        implied.update(img_size=518, init_values=1e-5)
+        if match["reg"]:
+            implied.update(reg_tokens=int(match["reg"]), no_embed_class=True)
+        if match["size"] == "giant":
+            implied.update(mlp_ratio=2.66667 * 2, mlp_layer="swiglu", act_layer="silu")
+    elif name == "clip":
+        implied.update(pre_norm=True, norm_eps=1e-5)
+        if match["quick"]:
+            implied["act_layer"] = "quick_gelu"
+    elif name == "siglip":
+        implied.update(class_token=False, global_pool="avg" if match["gap"] else "map")
+        if match["gap"]:
+            implied["fc_norm"] = False
+        if match["size"] == "so400m":
+            implied["mlp_ratio"] = 3.7362
+    elif name == "beit":
+        implied.update(use_abs_pos_emb=False, use_rel_pos_bias=True, init_values=0.1, global_pool="avg")
+    return implied
+
+
+def timm_presets():
+    """Every name of TIMM_PRESETS, in its order.
+
+    Example:
+    >>> timm_presets()[:2]
+    ('deit_tiny_distilled_patch16_224', 'deit_small_distilled_patch16_224')
+    """
+    return tuple(name for names in TIMM_PRESETS.values() for name in names)

@@ -1,8 +1,9 @@
 """timm's hub checkpoints (config.json with `architecture`, model.safetensors), in and out.
 
-The architecture table (which timm names keras-vit reads and what each name implies beyond a plain
-ViT, as timm's entrypoints set it), the config reader (`args_from_config`) and writer (`config_of`),
-and the name table (`TimmTable`). timm/models/vision_transformer.py, deit.py, beit.py.
+The config reader (`args_from_config`) and writer (`config_of`), and the name table (`TimmTable`).
+timm/models/vision_transformer.py, deit.py, beit.py. The architecture table the reader reads (which
+timm names keras-vit reads, what each implies beyond a plain ViT) is keras_vit.presets' TIMM_FAMILIES,
+shared with `create_model`.
 """
 
 from __future__ import annotations
@@ -13,29 +14,11 @@ import re
 from keras_vit.formats._torch import (HALF, IMAGENET_MEAN, IMAGENET_STD, LEAVES, MISSING_FEATURES, TorchTable,
                                       class_names)
 from keras_vit.formats._torch import unsavable as unsavable_common
+# The architecture table is the presets' (create_model builds the same names): one place for both.
+from keras_vit.presets import TIMM_ARCHITECTURES, TIMM_SIZES, timm_family, timm_model_args
 
 log = logging.getLogger("keras_vit")
 
-# timm's ViT families: (embed_dim, depth, num_heads), timm/models/vision_transformer.py.
-TIMM_SIZES = {
-    "tiny": (192, 12, 3), "small": (384, 12, 6), "base": (768, 12, 12), "large": (1024, 24, 16),
-    "huge": (1280, 32, 16), "giant": (1536, 40, 24), "so400m": (1152, 27, 16),
-}
-# timm architectures keras-vit reads, and what each name implies beyond a plain ViT (as timm's entrypoints
-# set it: it is not in config.json's model_args, which override it). timm/models/vision_transformer.py, deit.py.
-_FAMILIES = (
-    (re.compile(r"^(vit|deit)_(?P<size>tiny|small|base|large|huge)_patch(?P<patch>\d+)_(?P<img>\d+)$"), "plain"),
-    (re.compile(r"^deit_(?P<size>tiny|small|base)_distilled_patch(?P<patch>16)_(?P<img>\d+)$"), "deit_distilled"),
-    (re.compile(r"^vit_(?P<size>small|base|large|giant)_patch(?P<patch>14)_(?:reg(?P<reg>\d+)_)?dinov2$"), "dinov2"),
-    (re.compile(r"^vit_(?P<size>base|large|huge)_patch(?P<patch>\d+)_clip_(?P<quick>quickgelu_)?(?P<img>\d+)$"),
-     "clip"),
-    (re.compile(r"^vit_(?P<size>base|large|so400m)_patch(?P<patch>\d+)_siglip_(?P<gap>gap_)?(?P<img>\d+)$"),
-     "siglip"),
-    (re.compile(r"^beit_(?P<size>base|large)_patch(?P<patch>16)_(?P<img>\d+)$"), "beit"),
-)
-TIMM_ARCHITECTURES = ("vit_{tiny,...,huge}_patch{P}_{SIZE}", "deit_{tiny,small,base}[_distilled]_patch16_{SIZE}",
-                      "vit_{small,base,large,giant}_patch14[_reg{N}]_dinov2", "vit_*_clip[_quickgelu]_{SIZE}",
-                      "vit_*_siglip[_gap]_{SIZE}", "beit_{base,large}_patch16_{SIZE}")
 # model_args that change nothing at inference (dropout rates, init, dynamic input padding).
 _INERT_ARGS = {"drop_rate", "pos_drop_rate", "patch_drop_rate", "proj_drop_rate", "attn_drop_rate",
                "drop_path_rate", "weight_init", "dynamic_img_pad", "in_chans"}
@@ -59,44 +42,14 @@ def claims(config):
 
 def family(arch, where):
     """(family, regex match) of a timm architecture name; refusals name the missing feature."""
-    for pattern, name in _FAMILIES:
-        match = pattern.match(arch)
-        if match:
-            return name, match
+    found = timm_family(arch)
+    if found:
+        return found
     prefix = arch.split("_")[0]
     missing = MISSING_FEATURES.get(prefix) or MISSING_FEATURES.get(arch.split("_patch")[0].split("_")[0])
     raise ValueError(f"{where}: unsupported timm architecture {arch!r}"
                      + (f": keras-vit lacks its {missing}" if missing else "")
                      + f"; keras-vit reads {', '.join(TIMM_ARCHITECTURES)} (with any model_args it supports).")
-
-
-def _implied(name, match):
-    """The model_args a timm architecture name implies (its entrypoint's), in timm's names."""
-    embed_dim, depth, heads = TIMM_SIZES[match["size"]]
-    implied = dict(embed_dim=embed_dim, depth=depth, num_heads=heads, patch_size=int(match["patch"]))
-    if match.groupdict().get("img"):
-        implied["img_size"] = int(match["img"])
-    if name == "deit_distilled":
-        implied["distilled"] = True
-    elif name == "dinov2":
-        implied.update(img_size=518, init_values=1e-5)
-        if match["reg"]:
-            implied.update(reg_tokens=int(match["reg"]), no_embed_class=True)
-        if match["size"] == "giant":
-            implied.update(mlp_ratio=2.66667 * 2, mlp_layer="swiglu", act_layer="silu")
-    elif name == "clip":
-        implied.update(pre_norm=True, norm_eps=1e-5)
-        if match["quick"]:
-            implied["act_layer"] = "quick_gelu"
-    elif name == "siglip":
-        implied.update(class_token=False, global_pool="avg" if match["gap"] else "map")
-        if match["gap"]:
-            implied["fc_norm"] = False
-        if match["size"] == "so400m":
-            implied["mlp_ratio"] = 3.7362
-    elif name == "beit":
-        implied.update(use_abs_pos_emb=False, use_rel_pos_bias=True, init_values=0.1, global_pool="avg")
-    return implied
 
 
 def args_from_config(config, tensors, where):
@@ -114,7 +67,7 @@ def args_from_config(config, tensors, where):
     if margs.get("in_chans", 3) != 3:
         raise ValueError(f"{where}: in_chans={margs['in_chans']}; keras-vit models take RGB (3 channels).")
     pcfg = config.get("pretrained_cfg") or {}
-    o = _implied(name, match)
+    o = timm_model_args(name, match)
     if "global_pool" in config:
         o["global_pool"] = config["global_pool"]
     if pcfg.get("input_size"):
