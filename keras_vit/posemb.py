@@ -25,7 +25,7 @@ from keras_vit.interpolation import METHODS, resample_grid_numpy, resampling_mat
 if TYPE_CHECKING:
     import keras
 
-log = logging.getLogger("keras_vit")
+log = logging.getLogger(__name__)
 
 
 def infer_grid(num_patches, like=None):

@@ -35,7 +35,7 @@ from keras_vit.presets import missing_checkpoint
 if TYPE_CHECKING:
     import keras
 
-log = logging.getLogger("keras_vit")
+log = logging.getLogger(__name__)
 
 FORMATS = ("official", "timm", "transformers")
 # The writers: format -> its module (unsavable, files_of, state_dict).
@@ -271,8 +271,8 @@ def _build_and_load(checkpoint, path, resample, variant, overrides):
         if fmt != "official":
             raise ValueError(f"{path} is a {fmt} checkpoint: its config gives the sizes; variant is for .npz files.")
         args.update(VARIANTS[canonical_variant(variant)])
-    if args.get("relative_position_bias") and "image_size" in overrides and \
-            _pair(overrides["image_size"], "image_size") != _pair(args["image_size"], "image_size"):
+    if (args.get("relative_position_bias") and "image_size" in overrides and
+            _pair(overrides["image_size"], "image_size") != _pair(args["image_size"], "image_size")):
         raise ValueError(f"{path}: image_size={overrides['image_size']!r}, not the checkpoint's "
                          f"{args['image_size']!r}: keras-vit lacks the {MISSING_FEATURES['beit-resized']}.")
     if args.get("image_size") is None and "image_size" not in overrides:

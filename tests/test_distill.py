@@ -130,8 +130,8 @@ def test_hard_distillation_loss_is_deits():
     hard = np.eye(7)[t.argmax(-1)]
 
     def ce(y, logits):
-        logp = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) \
-            - logits.max(-1, keepdims=True)
+        logp = (logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True))
+            - logits.max(-1, keepdims=True))
         return -(y * logp).sum(-1)
 
     smooth = labels * 0.9 + 0.1 / 7

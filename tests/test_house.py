@@ -194,6 +194,44 @@ def test_no_module_imports_another_modules_private_names():
     assert not crossings, "private names crossing modules:\n" + "\n".join(crossings)
 
 
+def _backslash_continuations(source):
+    """Line numbers that end in a backslash continuation (outside strings): static tools lose the
+    expression there; parentheses carry a line on."""
+    import io
+    import tokenize
+
+    lines = set()
+    previous_end = None
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if previous_end is not None and token.start[0] > previous_end[0] and token.type not in (
+                tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER):
+            # a token on a later line with no NEWLINE/NL token between: the lines were joined by a backslash
+            lines.add(previous_end[0])
+        previous_end = token.end if token.type not in (tokenize.NL, tokenize.NEWLINE) else None
+    return sorted(lines)
+
+
+def test_the_backslash_finder_finds_one():
+    source = "x = 1 + \\\n    2\ny = (1 +\n     2)\ns = '''a \\\nb'''\nz = 3\n"
+    assert _backslash_continuations(source) == [1]
+
+
+def test_no_backslash_continuations():
+    paths = [*PACKAGE.rglob("*.py"), *ROOT.glob("recipes/*.py"), *ROOT.glob("benchmarks/*.py"), *ROOT.glob("tests/*.py"),
+             *ROOT.glob("saved_models/*.py")]
+    found = {str(path.relative_to(ROOT)): lines for path in sorted(paths)
+             if (lines := _backslash_continuations(path.read_text()))}
+    assert not found, f"backslash continuations (use parentheses): {found}"
+
+
+def test_modules_log_under_their_own_names():
+    """`getLogger(__name__)`: a user can quiet one module (keras_vit.data) and keep the rest; the package's
+    root logger "keras_vit" is named only where it is configured (__init__'s NullHandler, the CLI)."""
+    literal = [str(path.relative_to(ROOT)) for path in PACKAGE.rglob("*.py")
+               if path.name not in ("__init__.py", "cli.py") and 'getLogger("keras_vit")' in path.read_text()]
+    assert not literal, f"modules that log as 'keras_vit' instead of getLogger(__name__): {literal}"
+
+
 def test_ruff_is_clean():
     ruff = shutil.which("ruff") or str(pathlib.Path(sys.executable).with_name("ruff"))
     if not pathlib.Path(ruff).exists():

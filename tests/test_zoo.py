@@ -203,8 +203,8 @@ def test_patch_features_leave_out_every_prefix_token(name, size):
     got = to_numpy(out["patch_features"])
     assert got.shape == (len(images), size[0] // patch, size[1] // patch, model.hidden_size)
     tokens = io["tokens" + suffix]  # the library's tokens: the patches are the last gh * gw
-    assert np.abs(got.reshape(len(images), -1, model.hidden_size) - tokens[:, -got.shape[1] * got.shape[2]:]).max() \
-        <= TOLERANCE
+    assert (np.abs(got.reshape(len(images), -1, model.hidden_size) - tokens[:, -got.shape[1] * got.shape[2]:]).max()
+        <= TOLERANCE)
 
 
 # -- refusals name the feature ----------------------------------------------------------------
@@ -238,8 +238,8 @@ def test_derived_buffers_older_files_hold_are_dropped(tmp_path):
 
     out = _edited("hf_beit_cls", tmp_path, lambda c: None)
     tensors = st.load_file(str(out / "model.safetensors"))
-    tensors["beit.encoder.layer.0.attention.attention.relative_position_bias.relative_position_index"] = \
-        np.zeros((17, 17), "int64")
+    tensors["beit.encoder.layer.0.attention.attention.relative_position_bias.relative_position_index"] = (
+        np.zeros((17, 17), "int64"))
     tensors["beit.embeddings.position_ids"] = np.arange(17)[None]
     st.save_file(tensors, str(out / "model.safetensors"))
     model = keras_vit.from_pretrained(out)

@@ -77,8 +77,8 @@ def read_tensors(files):
         try:
             part = st.load_file(file)
         except Exception as e:  # a truncated header, a dtype numpy has no type for (bfloat16)
-            hint = " (NumPy has no bfloat16: save the weights in float32 or float16)" if "bfloat16" in str(e).lower() \
-                or "bf16" in str(e).lower() else ""
+            hint = (" (NumPy has no bfloat16: save the weights in float32 or float16)" if "bfloat16" in str(e).lower()
+                or "bf16" in str(e).lower() else "")
             raise ValueError(f"{file} is not a safetensors file NumPy can read: {e}{hint}.") from None
         tensors.update(part)
     return tensors

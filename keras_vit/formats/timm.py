@@ -14,7 +14,7 @@ from keras_vit.formats._torch import (HALF, IMAGENET_MEAN, IMAGENET_STD, LEAVES,
                                       class_names)
 from keras_vit.formats._torch import unsavable as unsavable_common
 
-log = logging.getLogger("keras_vit")
+log = logging.getLogger(__name__)
 
 # timm's ViT families: (embed_dim, depth, num_heads), timm/models/vision_transformer.py.
 TIMM_SIZES = {
