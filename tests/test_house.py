@@ -4,6 +4,7 @@ ruff is clean."""
 
 import ast
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -303,3 +304,22 @@ def test_every_public_callable_refuses_a_misspelled_keyword_naming_it():
         else:
             failures.append(f"{name}({typo}=1) ran")
     assert not failures, "\n".join(failures)
+
+
+def test_contributing_names_every_module_and_every_test_file():
+    """docs/contributing.md's layout names every module, its Tests paragraph every test file, and the count of
+    `test_<module>.py` files it gives is the tree's (issue 36: the README's naming rule had drifted, 8 of 22)."""
+    text = (ROOT / "docs" / "contributing.md").read_text()
+    layout = text[text.index("```text\nkeras_vit/"):]
+    layout = layout[:layout.index("\n```")]
+    unnamed = [p.name for p in sorted(PACKAGE.glob("*.py")) if not re.search(rf"\b{re.escape(p.name)}", layout)]
+    assert not unnamed, f"modules missing from docs/contributing.md's layout: {unnamed}"
+    tests = text[text.index("Test files:"):text.index("Fixtures live under")]
+    files = sorted(p.stem.removeprefix("test_") for p in (ROOT / "tests").glob("test_*.py"))
+    own = [f for f in files if (PACKAGE / f"{f}.py").exists()]
+    stated = re.search(r"own tests \((\d+) of the (\d+) files: (.*?)\); the", tests, re.S)
+    assert stated, "docs/contributing.md: 'own tests (N of the M files: ...)' not found"
+    assert (int(stated[1]), int(stated[2])) == (len(own), len(files)), (stated[1], stated[2], len(own), len(files))
+    assert sorted(re.findall(r"`(\w+)`", stated[3])) == own, (stated[3], own)
+    unlisted = [f"test_{f}.py" for f in files if f not in own and f"`test_{f}.py`" not in tests]
+    assert not unlisted, f"test files docs/contributing.md does not say what they check: {unlisted}"

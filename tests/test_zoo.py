@@ -259,19 +259,6 @@ def test_the_new_families_are_not_written_yet_and_say_so(tmp_path):
         keras_vit.save_pretrained(model, tmp_path / "out", format="timm")
 
 
-# -- .keras round trip ------------------------------------------------------------------------
-
-@pytest.mark.parametrize("name", ["timm_dinov2_reg4", "hf_siglip_vision", "timm_clip_quickgelu",
-                                  "hf_dinov2_swiglu", "hf_beit_cls"])
-def test_keras_files_keep_every_option(name, tmp_path):
-    import keras
-
-    model = keras_vit.from_pretrained(ZOO / name)
-    model.save(tmp_path / "m.keras")
-    again = keras.saving.load_model(tmp_path / "m.keras")
-    assert max(max_diff(again, name, [""]).values()) <= TOLERANCE
-
-
 # -- hub names, offline, through huggingface_hub's cache ----------------------------------------
 
 def test_a_hub_name_without_huggingface_hub_names_the_extra(monkeypatch):
