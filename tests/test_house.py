@@ -316,7 +316,7 @@ def test_contributing_names_every_module_and_every_test_file():
     assert not unnamed, f"modules missing from docs/contributing.md's layout: {unnamed}"
     tests = text[text.index("Test files:"):text.index("Fixtures live under")]
     files = sorted(p.stem.removeprefix("test_") for p in (ROOT / "tests").glob("test_*.py"))
-    own = [f for f in files if (PACKAGE / f"{f}.py").exists()]
+    own = [f for f in files if (PACKAGE / f"{f}.py").exists() or (PACKAGE / f / "__init__.py").exists()]  # modules, packages
     stated = re.search(r"own tests \((\d+) of the (\d+) files: (.*?)\); the", tests, re.S)
     assert stated, "docs/contributing.md: 'own tests (N of the M files: ...)' not found"
     assert (int(stated[1]), int(stated[2])) == (len(own), len(files)), (stated[1], stated[2], len(own), len(files))
