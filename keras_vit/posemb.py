@@ -104,8 +104,12 @@ def resample_position_embeddings(posemb: np.ndarray, new_grid: int | Sequence[in
 
 
 @refuse_unknown_keywords
-def with_image_size(model: keras.Model, image_size: int | Sequence[int], *, method: str = "official") -> keras.Model:
+def with_image_size(model: keras.Model, image_size: int | Sequence[int], *, method: str | None = None) -> keras.Model:
     """The same model at another input size: all weights copied, position embeddings resampled.
+
+    `method` defaults to the model's own (`model.posemb_resample`): the official one for Google's
+    models, timm's or transformers' for a model loaded from theirs, so the moved model gives what its
+    library gives at that size; any name of `keras_vit.interpolation.METHODS` overrides it.
 
     Example:
     >>> model = keras_vit.ViTTi16(input_shape=(224, 224, 3))
@@ -116,7 +120,7 @@ def with_image_size(model: keras.Model, image_size: int | Sequence[int], *, meth
     config = model.get_config()
     config["image_size"] = to_pair(image_size, "image_size")
     new = type(model).from_config(config)
-    copy_weights(model, new, method=method)
+    copy_weights(model, new, method=method or getattr(model, "posemb_resample", "official"))
     return new
 
 

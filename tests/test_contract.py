@@ -191,11 +191,11 @@ def test_another_size_works_as_docs_resolution_promises(model):
     other = ((grid[0] + 1) * patch[0], (grid[1] + 2) * patch[1])
     if config.get("relative_position_bias"):  # BEiT: a learned table per grid, no resampling of it (yet)
         with pytest.raises(ValueError, match=r"relative_position_bias_table: target \(\d+, \d+\), source"):
-            keras_vit.with_image_size(model, other, method=model.posemb_resample)
+            keras_vit.with_image_size(model, other)  # the model's own method by default
         with pytest.raises(ValueError, match="relative_position_bias .* do not go with dynamic_image_size=True"):
             keras_vit.VisionTransformer.from_config({**config, "dynamic_image_size": True})
         return
-    moved = keras_vit.with_image_size(model, other, method=model.posemb_resample)
+    moved = keras_vit.with_image_size(model, other)  # the model's own method by default
     assert moved.image_size == other and moved.patch_encoder.grid_size == (grid[0] + 1, grid[1] + 2)
     dynamic = keras_vit.VisionTransformer.from_config({**config, "dynamic_image_size": True})
     dynamic.set_weights(model.get_weights())
