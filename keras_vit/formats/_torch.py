@@ -6,6 +6,7 @@ arbitrary code)."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from keras_vit.formats._assign import KeyTable
+from keras_vit.posemb import resize_relative_position_bias_table, table_grid
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -22,7 +24,6 @@ PICKLE_SUFFIXES = (".bin", ".pth", ".pt", ".ckpt", ".pkl", ".pickle")
 # Families keras-vit does not build yet, and the features they need that it lacks.
 MISSING_FEATURES = {
     "beit-shared": "shared relative position bias (one table for every block)",
-    "beit-resized": "relative position bias at another size (its table resampled)",
     "data2vec-vision": "relative position bias shared across blocks (read as BEiT's is not checked)",
     "eva": "rotary position embeddings (RoPE) and SwiGLU with its own norm",
     "eva02": "rotary position embeddings (RoPE) and SwiGLU with its own norm",
@@ -34,6 +35,7 @@ DERIVED_BUFFERS = ("embeddings.position_ids", "relative_position_index", "attn.k
 # Heads a headless model drops (timm's, transformers' ViT, DeiT's two, CLIP's projection).
 HEAD_KEYS = ("head.", "classifier.", "head_dist.", "cls_classifier.", "distillation_classifier.",
              "visual_projection.")
+log = logging.getLogger("keras_vit")
 LEAVES = {"gamma": "weight", "beta": "bias", "kernel": "weight", "bias": "bias"}
 
 
@@ -102,7 +104,11 @@ def class_names(names, count, descriptions=None):
 
 
 class TorchTable(KeyTable):
-    """PyTorch layouts. `qkv_bias=False`: the source has no query/key/value biases (set to zero)."""
+    """PyTorch layouts. `qkv_bias=False`: the source has no query/key/value biases (set to zero).
+    `relative_method`: how the library resizes BEiT's relative position bias table at another size
+    (`keras_vit.posemb.RELATIVE_METHODS`)."""
+
+    relative_method = "timm"
 
     def __init__(self, model, qkv_bias=True):
         self.model, self.qkv_bias = model, qkv_bias
@@ -140,7 +146,23 @@ class TorchTable(KeyTable):
                 or key.startswith("pooler.") and model.representation_size is None
                 or key.endswith(DERIVED_BUFFERS))  # recomputed by keras-vit (older files saved them)
 
+    def fits(self, variable, key, want, found):
+        if found == want:
+            return True
+        if not key.endswith("relative_position_bias_table") or len(found) != 2 or found[1] != want[1]:
+            return False
+        try:  # a table of another (square) grid: resized in to_keras, as the library does at load
+            table_grid(found[0])
+        except ValueError:
+            return False
+        return True
+
     def to_keras(self, value, variable, part):
+        if variable.path.endswith("relative_position_bias_table") and value.shape != tuple(variable.shape):
+            old_grid, new_grid = table_grid(value.shape[0]), tuple(self.model.patch_encoder.grid_size)
+            log.info("%s: relative position bias %dx%d -> %dx%d (%s)", variable.path, *old_grid, *new_grid,
+                     self.relative_method)
+            return resize_relative_position_bias_table(value, old_grid, new_grid, self.relative_method)
         if part is not None:
             value = np.split(value, part[1], axis=0)[part[0]]
         if variable.path.endswith("embedding/kernel"):
