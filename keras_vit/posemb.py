@@ -325,15 +325,15 @@ def resize_relative_position_bias_table(table: np.ndarray, old_grid: int | Seque
     """
     if method not in RELATIVE_METHODS:
         raise ValueError(f"Unknown relative position bias resizing method {method!r}; use one of {RELATIVE_METHODS}.")
-    old_grid, new_grid = to_pair(old_grid, "old_grid"), to_pair(new_grid, "new_grid")
+    old, new = to_pair(old_grid, "old_grid"), to_pair(new_grid, "new_grid")
     table = np.asarray(table)
-    old_size = (2 * old_grid[0] - 1, 2 * old_grid[1] - 1)
-    new_size = (2 * new_grid[0] - 1, 2 * new_grid[1] - 1)
+    old_size = (2 * old[0] - 1, 2 * old[1] - 1)
+    new_size = (2 * new[0] - 1, 2 * new[1] - 1)
     if table.ndim != 2 or table.shape[0] != old_size[0] * old_size[1] + 3:
-        raise ValueError(f"a relative position bias table for the {old_grid[0]}x{old_grid[1]} grid has shape "
+        raise ValueError(f"a relative position bias table for the {old[0]}x{old[1]} grid has shape "
                          f"({old_size[0] * old_size[1] + 3}, heads), got {table.shape}: pass the grid it was "
                          "trained at as old_grid.")
-    if old_grid == new_grid:
+    if old == new:
         return table
     offsets, extra = table[:-3], table[-3:]
     if method == "timm":

@@ -240,7 +240,8 @@ def from_pretrained(path: str | os.PathLike, *, resample: str | None = None, var
     timm's antialiased bicubic ("torch_bicubic_antialias"), transformers' plain bicubic
     ("torch_bicubic"; Dinov2WithRegisters antialiases), the official corner-aligned bilinear for .npz.
     transformers' DINOv2 models take any size (`dynamic_image_size=True`), as there; timm's do when
-    saved with dynamic_img_size.
+    saved with dynamic_img_size. BEiT's relative position bias tables are resized as its library
+    does (`keras_vit.posemb.resize_relative_position_bias_table`: "timm" or "transformers").
 
     Keyword arguments override `VisionTransformer` arguments: `image_size` resamples the
     position embeddings once (`resample`, by default the source's method), `posemb_resample` the
