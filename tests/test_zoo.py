@@ -3,6 +3,7 @@ names, at every size it names, within 1e-4 in float32 with `from_pretrained`'s d
 need changes those outputs when switched off; the families keras-vit lacks are refused naming the feature;
 hub names resolve offline through huggingface_hub's cache."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -269,6 +270,15 @@ def test_beit_at_another_size_resizes_its_relative_position_bias_as_its_library(
     # interpolate_pos_encoding=True. Measured 2.8e-7 to 4.8e-7.
     diffs = _beit_at(name, size)
     assert max(diffs.values()) <= TOLERANCE, diffs
+
+
+def test_a_resized_beit_table_is_reported():
+    config = keras_vit.from_pretrained(ZOO / "timm_beit").config
+    model = keras_vit.VisionTransformer(dataclasses.replace(config, image_size=(48, 48)))
+    report = keras_vit.load_pretrained(model, ZOO / "timm_beit")
+    assert report["resampled"] == [f"encoderblock_{i}/relative_position_bias_table: relative position bias "
+                                   "4x4 -> 6x6 (timm)" for i in (0, 1)]
+    assert _beit_at("timm_beit", "48x48", model)["logits"] <= TOLERANCE
 
 
 @pytest.mark.parametrize("name, other", [("timm_beit", "transformers"), ("hf_beit_cls", "timm")])

@@ -6,7 +6,6 @@ arbitrary code)."""
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 from typing import Any
@@ -35,7 +34,6 @@ DERIVED_BUFFERS = ("embeddings.position_ids", "relative_position_index", "attn.k
 # Heads a headless model drops (timm's, transformers' ViT, DeiT's two, CLIP's projection).
 HEAD_KEYS = ("head.", "classifier.", "head_dist.", "cls_classifier.", "distillation_classifier.",
              "visual_projection.")
-log = logging.getLogger("keras_vit")
 LEAVES = {"gamma": "weight", "beta": "bias", "kernel": "weight", "bias": "bias"}
 
 
@@ -114,7 +112,8 @@ class TorchTable(KeyTable):
         self.model, self.qkv_bias = model, qkv_bias
 
     def new_report(self):
-        return {"loaded": [], "kept": [], "dropped": [], "resampled": [], "zeroed": []}
+        self.report = {"loaded": [], "kept": [], "dropped": [], "resampled": [], "zeroed": []}
+        return self.report  # to_keras adds the relative position bias tables it resizes
 
     def no_key_bias(self, path):
         """Whether the source's attention has no key bias (BEiT)."""
@@ -160,8 +159,8 @@ class TorchTable(KeyTable):
     def to_keras(self, value, variable, part):
         if variable.path.endswith("relative_position_bias_table") and value.shape != tuple(variable.shape):
             old_grid, new_grid = table_grid(value.shape[0]), tuple(self.model.patch_encoder.grid_size)
-            log.info("%s: relative position bias %dx%d -> %dx%d (%s)", variable.path, *old_grid, *new_grid,
-                     self.relative_method)
+            self.report["resampled"].append(f"{variable.path}: relative position bias {old_grid[0]}x{old_grid[1]} "
+                                            f"-> {new_grid[0]}x{new_grid[1]} ({self.relative_method})")
             return resize_relative_position_bias_table(value, old_grid, new_grid, self.relative_method)
         if part is not None:
             value = np.split(value, part[1], axis=0)[part[0]]
