@@ -19,7 +19,6 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from keras_vit._common import check_keywords, refuse_unknown_keywords
-from keras_vit._common import to_pair as _pair
 from keras_vit._files import atomic_path
 from keras_vit.formats import official, timm, transformers
 from keras_vit.formats._assign import ArraySource, load_into
@@ -241,7 +240,8 @@ def from_pretrained(path: str | os.PathLike, *, resample: str | None = None, var
     timm's antialiased bicubic ("torch_bicubic_antialias"), transformers' plain bicubic
     ("torch_bicubic"; Dinov2WithRegisters antialiases), the official corner-aligned bilinear for .npz.
     transformers' DINOv2 models take any size (`dynamic_image_size=True`), as there; timm's do when
-    saved with dynamic_img_size.
+    saved with dynamic_img_size. BEiT's relative position bias tables are resized as its library
+    does (`keras_vit.posemb.resize_relative_position_bias_table`: "timm" or "transformers").
 
     Keyword arguments override `VisionTransformer` arguments: `image_size` resamples the
     position embeddings once (`resample`, by default the source's method), `posemb_resample` the
@@ -271,10 +271,6 @@ def _build_and_load(checkpoint, path, resample, variant, overrides):
         if fmt != "official":
             raise ValueError(f"{path} is a {fmt} checkpoint: its config gives the sizes; variant is for .npz files.")
         args.update(VARIANTS[canonical_variant(variant)])
-    if (args.get("relative_position_bias") and "image_size" in overrides and
-            _pair(overrides["image_size"], "image_size") != _pair(args["image_size"], "image_size")):
-        raise ValueError(f"{path}: image_size={overrides['image_size']!r}, not the checkpoint's "
-                         f"{args['image_size']!r}: keras-vit lacks the {MISSING_FEATURES['beit-resized']}.")
     if args.get("image_size") is None and "image_size" not in overrides:
         raise ValueError(f"{path}: the position embeddings are not on a square grid; pass image_size=(H, W).")
     if "classes" in overrides and overrides["classes"] != args.get("classes"):

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from keras_vit.formats._assign import KeyTable
+from keras_vit.posemb import resize_relative_position_bias_table, table_grid
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -22,7 +23,6 @@ PICKLE_SUFFIXES = (".bin", ".pth", ".pt", ".ckpt", ".pkl", ".pickle")
 # Families keras-vit does not build yet, and the features they need that it lacks.
 MISSING_FEATURES = {
     "beit-shared": "shared relative position bias (one table for every block)",
-    "beit-resized": "relative position bias at another size (its table resampled)",
     "data2vec-vision": "relative position bias shared across blocks (read as BEiT's is not checked)",
     "eva": "rotary position embeddings (RoPE) and SwiGLU with its own norm",
     "eva02": "rotary position embeddings (RoPE) and SwiGLU with its own norm",
@@ -102,13 +102,18 @@ def class_names(names, count, descriptions=None):
 
 
 class TorchTable(KeyTable):
-    """PyTorch layouts. `qkv_bias=False`: the source has no query/key/value biases (set to zero)."""
+    """PyTorch layouts. `qkv_bias=False`: the source has no query/key/value biases (set to zero).
+    `relative_method`: how the library resizes BEiT's relative position bias table at another size
+    (`keras_vit.posemb.RELATIVE_METHODS`)."""
+
+    relative_method = "timm"
 
     def __init__(self, model, qkv_bias=True):
         self.model, self.qkv_bias = model, qkv_bias
 
     def new_report(self):
-        return {"loaded": [], "kept": [], "dropped": [], "resampled": [], "zeroed": []}
+        self.report = {"loaded": [], "kept": [], "dropped": [], "resampled": [], "zeroed": []}
+        return self.report  # to_keras adds the relative position bias tables it resizes
 
     def no_key_bias(self, path):
         """Whether the source's attention has no key bias (BEiT)."""
@@ -140,7 +145,23 @@ class TorchTable(KeyTable):
                 or key.startswith("pooler.") and model.representation_size is None
                 or key.endswith(DERIVED_BUFFERS))  # recomputed by keras-vit (older files saved them)
 
+    def fits(self, variable, key, want, found):
+        if found == want:
+            return True
+        if not key.endswith("relative_position_bias_table") or len(found) != 2 or found[1] != want[1]:
+            return False
+        try:  # a table of another (square) grid: resized in to_keras, as the library does at load
+            table_grid(found[0])
+        except ValueError:
+            return False
+        return True
+
     def to_keras(self, value, variable, part):
+        if variable.path.endswith("relative_position_bias_table") and value.shape != tuple(variable.shape):
+            old_grid, new_grid = table_grid(value.shape[0]), tuple(self.model.patch_encoder.grid_size)
+            self.report["resampled"].append(f"{variable.path}: relative position bias {old_grid[0]}x{old_grid[1]} "
+                                            f"-> {new_grid[0]}x{new_grid[1]} ({self.relative_method})")
+            return resize_relative_position_bias_table(value, old_grid, new_grid, self.relative_method)
         if part is not None:
             value = np.split(value, part[1], axis=0)[part[0]]
         if variable.path.endswith("embedding/kernel"):

@@ -234,6 +234,8 @@ class TransformersTable(TorchTable):
         report["dropped"].extend(self.skipped)
         return report
 
+    relative_method = "transformers"  # BeitRelativePositionBias: bilinear, at every other size
+
     def no_key_bias(self, path):  # BEiT's key projection has no bias
         return self.naming == "beit" and path.endswith("/key/bias")
 
