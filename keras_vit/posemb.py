@@ -150,6 +150,10 @@ def copy_weights(source, target, *, method="official"):
             plan.append((variable, s, old_grid))
             new_grid = target.patch_encoder.grid_size
             report["resampled"].append(resample_note(old_grid, new_grid, method))
+        elif variable.path.endswith("relative_position_bias_table"):
+            problems.append(f"{variable.path}: target {tuple(variable.shape)}, source {tuple(s.shape)} (BEiT's relative "
+                            "position bias is resized as its library does when the checkpoint loads: "
+                            "keras_vit.from_pretrained(folder, image_size=...))")
         else:
             problems.append(f"{variable.path}: target {tuple(variable.shape)}, source {tuple(s.shape)}")
     for path in src:
