@@ -170,9 +170,9 @@ class TorchTable(KeyTable):
             key, part = self.key(variable.path)
             if key is None or self.unwritten(variable):
                 if key is None or np.any(np.asarray(variable.numpy())):
-                    raise ValueError(f"{model.name!r} cannot be saved in {self.format}'s format: {variable.path} "
-                                     f"has no {self.format} equivalent"
-                                     + (" and is not zero" if key is not None else "") + ".")
+                    what = f"{variable.path}, which" if key is None else f"a non-zero {variable.path}, which"
+                    raise ValueError(f"{model.name!r} cannot be saved in {self.format}'s format: it has {what} "
+                                     f"{self.format}'s format has no place for.")
                 continue
             value = self.to_source(variable, key)
             if not variable.path.startswith(("head/", "head_dist/")):

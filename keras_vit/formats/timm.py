@@ -261,7 +261,10 @@ def unsavable(model):
     if problems:
         return problems
     config = config_of(model)
-    args, _ = args_from_config(config, {}, "the written config.json")
+    try:
+        args, _ = args_from_config(config, {}, "the written config.json")
+    except ValueError as e:
+        return [str(e).rstrip(".")]
     same = ()
     if _family_of(model) == "plain" and model.mlp_activation is None and model.approximate_gelu:
         same = ("activation",)  # timm's plain ViT: saved with the warning save_pretrained logs
@@ -311,7 +314,16 @@ def _arch(model):
         size = next((f for f, (dim, _, _) in TIMM_SIZES.items() if dim == model.hidden_size), "base")
     ph, pw = model.patch_size
     h, w = model.image_size
-    return f"vit_{size}_patch{ph}_{h}" if ph == pw and h == w else f"vit_{size}_patch16_224"
+    name = f"vit_{size}_patch{ph}_{h}"
+    # a name timm has an entrypoint for (model_args give the sizes): timm.create_model refuses others
+    return name if ph == pw and h == w and name in _TIMM_VIT_NAMES else \
+        f"vit_{size if size in ('tiny', 'small', 'base', 'large') else 'base'}_patch16_224"
+
+
+_TIMM_VIT_NAMES = {"vit_tiny_patch16_224", "vit_tiny_patch16_384", "vit_small_patch16_224", "vit_small_patch32_224",
+                   "vit_small_patch16_384", "vit_small_patch32_384", "vit_base_patch8_224", "vit_base_patch16_224",
+                   "vit_base_patch32_224", "vit_base_patch16_384", "vit_base_patch32_384", "vit_large_patch16_224",
+                   "vit_large_patch32_224", "vit_large_patch16_384", "vit_large_patch32_384"}
 
 
 def _model_args(model, name, num_classes, global_pool):

@@ -335,18 +335,20 @@ class _Writer(TransformersTable):
 
 def _hidden_act(model):
     act = model.mlp_activation or ("gelu_tanh" if model.approximate_gelu else "gelu")
-    return {"gelu_tanh": "gelu_pytorch_tanh", "swiglu": "silu"}.get(act, act)
+    # Dinov2SwiGLUFFN gates with SiLU whatever hidden_act says; its configs keep "gelu"
+    return {"gelu_tanh": "gelu_pytorch_tanh", "swiglu": "gelu"}.get(act, act)
 
 
 def _dinov2_ratio(model):
-    """transformers' mlp_ratio for a DINOv2 MLP of keras-vit's width (SwiGLU: the ratio whose
-    Dinov2SwiGLUFFN width, (int(int(D * r) * 2 / 3) + 7) // 8 * 8, is it, where one is)."""
+    """transformers' mlp_ratio for a DINOv2 MLP of keras-vit's width: an integer (Dinov2Config checks it),
+    D * r wide, or for SwiGLU the r whose Dinov2SwiGLUFFN width, (int(int(D * r) * 2 / 3) + 7) // 8 * 8,
+    is it; where none is, the nearest, which the read-back check then refuses naming mlp_dim."""
     hidden, width = model.hidden_size, model.mlp_dim
     if model.mlp_activation != "swiglu":
-        return width / hidden if width % hidden else width // hidden
-    for x in range(max(1, width * 3 // 2 - 16), width * 3 // 2 + 17):
-        if (int(x * 2 / 3) + 7) // 8 * 8 == width:
-            return (x + 0.5) / hidden
+        return max(1, round(width / hidden))
+    for r in range(1, 33):
+        if (int(int(hidden * r) * 2 / 3) + 7) // 8 * 8 == width:
+            return r
     return 4
 
 
@@ -411,10 +413,13 @@ def unsavable(model):
     try:
         tensors = state_dict(model)
     except ValueError as e:
-        return [str(e).split(": ", 1)[-1].rstrip(".")]
+        return [str(e).split(": it has ", 1)[-1].rstrip(".")]
     files = files_of(model)
-    args, _ = args_from_config(files["config.json"], strip_prefix(tensors), "the written config.json",
-                               files["preprocessor_config.json"])
+    try:
+        args, _ = args_from_config(files["config.json"], strip_prefix(tensors), "the written config.json",
+                                   files["preprocessor_config.json"])
+    except ValueError as e:
+        return [str(e).rstrip(".")]
     # CLIP's post_layernorm on the class token alone is the final norm on every token, then the class token
     same = ("fc_norm",) if family == "clip" and model.pooling is None else ()
     return round_trip_problems(model, args, "transformers", same)
