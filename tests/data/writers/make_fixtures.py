@@ -2,7 +2,9 @@
 
 For every zoo case (tests/data/zoo/cases.json): keras-vit loads the fixture, writes it back to its own
 format (timm or transformers) in a temporary folder, and the library itself loads that folder
-(timm.create_model(architecture, pretrained=True, pretrained_cfg_overlay=dict(file=...), **model_args);
+(timm.create_model(architecture, pretrained=True, pretrained_cfg_overlay=dict(pretrained_cfg, file=...),
+**model_args), as timm loads a hub folder: with the config's pretrained_cfg, whose num_classes keeps the
+head, where the entrypoint's default cfg (1000 classes) would drop it;
 transformers: the config's architecture class .from_pretrained(folder)) and computes the outputs
 cases.json compares on the case's images (float32, eval mode, CPU). They are stored in
 `library_outputs.npz` as "CASE/OUTPUT"; tests/test_formats.py compares keras-vit's outputs with them
@@ -39,7 +41,8 @@ with torch.no_grad():
     if source == "timm":
         import timm
         model = timm.create_model(config["architecture"], pretrained=True,
-                                  pretrained_cfg_overlay=dict(file=folder + "/model.safetensors"),
+                                  pretrained_cfg_overlay=dict(config["pretrained_cfg"],
+                                                              file=folder + "/model.safetensors"),
                                   **config["model_args"]).eval()
         tokens = model.forward_features(x)
         res = {"logits": model(x), "pooled": model.forward_head(tokens, pre_logits=True), "tokens": tokens}
