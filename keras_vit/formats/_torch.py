@@ -209,8 +209,9 @@ def unsavable(model) -> list[str]:
 # The VisionTransformer arguments a written config must give back when read (the rest: the view, the
 # resampling, dropout, names, are the source's own or not part of the computation).
 STRUCTURE = ("image_size", "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "include_top",
-             "classes", "classifier", "representation_size", "pooling", "fc_norm", "layer_norm_epsilon", "distillation", "layer_scale", "register_tokens",
-             "prefix_posemb", "pre_norm", "patch_bias", "relative_position_bias", "absolute_position_embeddings")
+             "classes", "classifier", "representation_size", "pooling", "fc_norm", "layer_norm_epsilon",
+             "distillation", "layer_scale", "register_tokens", "prefix_posemb", "pre_norm", "patch_bias",
+             "relative_position_bias", "absolute_position_embeddings")
 
 
 def activation(args):
@@ -223,6 +224,8 @@ def _normal(model, name, value):
         return (value, value)
     if name == "image_size":
         return tuple(value)
+    if name == "pooling" and value is None and model.classifier == "gap":
+        return "gap"  # a model without a class token pools by averaging unless told otherwise
     if name == "classes" and not model.include_top:
         return None
     if name == "prefix_posemb" and model.register_tokens == 0 and not model.distillation and value == "class":
@@ -236,13 +239,13 @@ def _normal(model, name, value):
 
 def round_trip_problems(model, args, fmt, same=()):
     """The model's structural arguments that `args` (its written config, read back by the format's own
-    reader) does not give back, as "name=value (format writes other)"; `same` names arguments whose
+    reader) does not give back, as "name=value (timm's config reads back as other)"; `same` names arguments whose
     difference changes none of the compared outputs for this model."""
     config = model.get_config()
     problems = []
     mine, theirs = activation(config), activation({**_DEFAULTS, **args})
     if mine != theirs:
-        problems.append(f"the {mine} activation ({fmt}'s format says {theirs})")
+        problems.append(f"the {mine} activation ({fmt}'s config reads back as {theirs})")
     if "activation" in same:
         problems = []
     for name in STRUCTURE:
@@ -251,7 +254,9 @@ def round_trip_problems(model, args, fmt, same=()):
         mine = _normal(model, name, config.get(name))
         theirs = _normal(model, name, args.get(name, _DEFAULTS.get(name)))
         if mine != theirs:
-            problems.append(f"{name}={config.get(name)!r} ({fmt}'s format says {args.get(name, _DEFAULTS.get(name))!r})")
+            said = args.get(name, _DEFAULTS.get(name))
+            label = "a pre-logits layer " if name == "representation_size" else ""
+            problems.append(f"{label}{name}={config.get(name)!r} ({fmt}'s config reads back as {said!r})")
     return problems
 
 
