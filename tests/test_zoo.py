@@ -253,12 +253,6 @@ def test_beit_at_another_size_names_the_missing_resampling():
         keras_vit.from_pretrained(ZOO / "hf_beit", dynamic_image_size=True)
 
 
-def test_the_new_families_are_not_written_yet_and_say_so(tmp_path):
-    model = keras_vit.from_pretrained(ZOO / "timm_dinov2_reg4")
-    with pytest.raises(ValueError, match="layer_scale.*not implemented"):
-        keras_vit.save_pretrained(model, tmp_path / "out", format="timm")
-
-
 # -- .keras round trip ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["timm_dinov2_reg4", "hf_siglip_vision", "timm_clip_quickgelu",
