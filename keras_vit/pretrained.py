@@ -357,7 +357,10 @@ def save_pretrained(model: keras.Model, folder: str | os.PathLike, *, format: st
     timm loads with `timm.create_model(config["architecture"], pretrained=True,
     pretrained_cfg_overlay=dict(file=f"{folder}/model.safetensors"), **config["model_args"])`
     or from the hub. format="transformers": ViTForImageClassification (ViTModel without a
-    head) with a preprocessor_config.json. timm's ViT computes the exact GELU: a model
+    head) with a preprocessor_config.json. The families read from timm and transformers
+    (DeiT distilled, DINOv2 with registers or SwiGLU, CLIP, SigLIP, BEiT) are written back as
+    their source's architectures (docs/checkpoints.md); a model whose structure the written
+    config would not give back is refused, naming each difference. timm's ViT computes the exact GELU: a model
     built with `approximate_gelu=True` is saved with a log line saying its logits will
     move slightly. Returns the folder.
 

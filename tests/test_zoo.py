@@ -328,10 +328,6 @@ def test_beit_takes_no_dynamic_image_size():
         keras_vit.from_pretrained(ZOO / "hf_beit", dynamic_image_size=True)
 
 
-def test_the_new_families_are_not_written_yet_and_say_so(tmp_path):
-    model = keras_vit.from_pretrained(ZOO / "timm_dinov2_reg4")
-    with pytest.raises(ValueError, match="layer_scale.*not implemented"):
-        keras_vit.save_pretrained(model, tmp_path / "out", format="timm")
 
 
 # -- hub names, offline, through huggingface_hub's cache ----------------------------------------
@@ -389,3 +385,52 @@ def test_fewshot_runs_on_a_dinov2_backbone():
     result = keras_vit.fewshot_evaluate(model, "digits", shots=(2,), seeds=1)
     accuracy = result["shots"]["2"]["mean"]
     assert 0.15 < accuracy <= 1.0  # a random 2-block backbone's features still beat chance (10%) on 10 digits
+
+
+# -- writing back (save_pretrained) -------------------------------------------------------------------
+
+WRITTEN = DATA / "writers"
+# keys a fixture holds that the written folder holds otherwise: DINOv2's mask token (unused at inference,
+# written as zeros); a full CLIP/SigLIP model's text side (only the image tower is written)
+_NOT_WRITTEN = ("embeddings.mask_token", "text_model.", "text_projection.", "logit_scale", "logit_bias")
+
+
+@pytest.mark.parametrize("name", LOADED)
+def test_save_pretrained_writes_each_family_back_to_its_own_format(name, tmp_path):
+    """Fixture -> save_pretrained to its own format -> from_pretrained: identical outputs; the written
+    tensors are the fixture's key by key (a full CLIP/SigLIP model is written as its vision tower); and
+    what timm / transformers themselves compute from the written folder (tests/data/writers) is ours."""
+    from keras_vit.formats._torch import read_tensors
+
+    source = CASES["cases"][name]["source"]
+    model = keras_vit.from_pretrained(ZOO / name)
+    folder = keras_vit.save_pretrained(model, tmp_path / name, format=source)
+    again = keras_vit.from_pretrained(folder)
+    images = _io(name)["images"]
+    ours = outputs(model, images, CASES["cases"][name])
+    back = outputs(again, images, CASES["cases"][name])
+    assert all(np.array_equal(ours[k], back[k]) for k in ours), {k: np.abs(ours[k] - back[k]).max() for k in ours}
+    fixture, written = read_tensors([ZOO / name / "model.safetensors"]), read_tensors([folder + "/model.safetensors"])
+    if any(k.startswith("text_model.") for k in fixture):  # a full model: its tower (SigLIP's under bare names)
+        fixture, written = ({k.removeprefix("vision_model."): v for k, v in d.items()} for d in (fixture, written))
+    kept = {k for k in fixture if not k.startswith(_NOT_WRITTEN)}
+    assert kept == {k for k in written if not k.startswith(_NOT_WRITTEN)}
+    for key in kept:
+        assert written[key].shape == fixture[key].shape and np.array_equal(written[key], fixture[key]), key
+    with np.load(WRITTEN / "library_outputs.npz") as library:
+        diffs = {k: float(np.abs(ours[k] - library[f"{name}/{k}"]).max()) for k in ours}
+    assert max(diffs.values()) <= TOLERANCE, diffs
+
+
+@pytest.mark.parametrize("name, fmt, feature", [
+    ("timm_dinov2_reg4", "transformers", "prefix_posemb='none'"),
+    ("timm_dinov2_swiglu", "transformers", "mlp_dim=85"),
+    ("hf_beit", "timm", "layer_norm_epsilon=1e-12"),
+    ("hf_dinov2_reg", "timm", "prefix_posemb='class'"),
+    ("timm_clip", "transformers", "a non-zero head/bias"),
+])
+def test_save_pretrained_refuses_what_the_format_cannot_hold_naming_it(name, fmt, feature, tmp_path):
+    model = keras_vit.from_pretrained(ZOO / name)
+    with pytest.raises(ValueError, match=f"cannot be saved in {fmt}'s format: it has .*{feature}".replace("(", r"\(")):
+        keras_vit.save_pretrained(model, tmp_path / "out", format=fmt)
+    assert not (tmp_path / "out").exists()

@@ -170,17 +170,38 @@ class TorchTable(KeyTable):
             return value.T
         return value
 
+    def unwritten(self, variable):
+        """Whether the source has no place for a variable that must then be zero (read back as zero by
+        `absent`): BEiT's key bias, the biases of a `qkv_bias=False` source, CLIP's unbiased projection."""
+        path = variable.path
+        return self.no_key_bias(path) or (not self.qkv_bias and path.split("/")[1:2] in (["query"], ["key"],
+                                                                                         ["value"])
+                                          and path.endswith("/bias"))
+
+    def to_source(self, variable, key):
+        """A variable's value in the source's layout under `key` (PyTorch's, by default)."""
+        return to_source(variable)
+
     def state_dict(self, model, prefix=""):
-        """The model's weights as {source key: float32 array}; `prefix` goes before every key but a head's."""
+        """The model's weights as {source key: float32 array}, the inverse of loading through this table:
+        `prefix` goes before every key but a head's; a variable the source has no place for must be zero
+        (a bias it lacks) or it raises, naming the variable."""
         tensors, packed = {}, {}
         for variable in model.weights:
             key, part = self.key(variable.path)
-            value = to_source(variable)
+            if key is None or self.unwritten(variable):
+                if key is None or np.any(np.asarray(variable.numpy())):
+                    what = f"{variable.path}, which" if key is None else f"a non-zero {variable.path}, which"
+                    raise ValueError(f"{model.name!r} cannot be saved in {self.format}'s format: it has {what} "
+                                     f"{self.format}'s format has no place for.")
+                continue
+            value = self.to_source(variable, key)
+            if not variable.path.startswith(("head/", "head_dist/")):
+                key = prefix + key
             if part is not None:
                 packed.setdefault(key, [None] * part[1])[part[0]] = value
                 continue
-            top = key.startswith(("classifier.", "head."))
-            tensors[key if top else prefix + key] = value
+            tensors[key] = value
         for key, parts in packed.items():
             tensors[key] = np.concatenate(parts, axis=0)
         return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in tensors.items()}
@@ -197,22 +218,74 @@ def to_source(variable):
 
 
 def unsavable(model) -> list[str]:
-    """What a model has that neither timm's nor transformers' ViT writer holds (the issue-37 families are
-    read, not written yet: their configs need the per-family writers)."""
+    """What a model has that neither timm's nor transformers' writers hold."""
     problems = []
     if model.resnet is not None:
         problems.append("a hybrid ResNet stem")
     if model.pooling == "unpooled":
         problems.append("pooling='unpooled'")
-    for name, plain in (("layer_scale", None), ("register_tokens", 0), ("prefix_posemb", "all"), ("pre_norm", False),
-                        ("patch_bias", True), ("mlp_activation", None)):
-        if getattr(model, name, plain) != plain:
-            problems.append(f"{name}={getattr(model, name)!r} (writing it is not implemented yet)")
-    if model.pooling == "map":
-        problems.append("pooling='map' (writing it is not implemented yet)")
-    if model.relative_position_bias or not model.absolute_position_embeddings:
-        problems.append("BEiT's relative position bias (writing it is not implemented yet)")
     return problems
+
+
+# The VisionTransformer arguments a written config must give back when read (the rest: the view, the
+# resampling, dropout, names, are the source's own or not part of the computation).
+STRUCTURE = ("image_size", "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "include_top",
+             "classes", "classifier", "representation_size", "pooling", "fc_norm", "layer_norm_epsilon",
+             "distillation", "layer_scale", "register_tokens", "prefix_posemb", "pre_norm", "patch_bias",
+             "relative_position_bias", "absolute_position_embeddings")
+
+
+def activation(args):
+    """The MLP's activation a VisionTransformer's arguments name: "gelu", "gelu_tanh", "quick_gelu", "swiglu"."""
+    return args.get("mlp_activation") or ("gelu_tanh" if args.get("approximate_gelu", True) else "gelu")
+
+
+def _normal(model, name, value):
+    if name in ("image_size", "patch_size") and isinstance(value, int):
+        return (value, value)
+    if name == "image_size":
+        return tuple(value)
+    if name == "pooling" and value is None and model.classifier == "gap":
+        return "gap"  # a model without a class token pools by averaging unless told otherwise
+    if name == "classes" and not model.include_top:
+        return None
+    if name == "prefix_posemb" and model.register_tokens == 0 and not model.distillation and value == "class":
+        return "all"  # with a class token alone, "class" and "all" are one layout
+    if name == "layer_scale" and value is not None:
+        return "on"  # the gains are weights; the initial value is not part of the computation
+    if name == "layer_norm_epsilon":
+        return float(f"{value:.6g}")
+    return value
+
+
+def round_trip_problems(model, args, fmt, same=()):
+    """The model's structural arguments that `args` (its written config, read back by the format's own
+    reader) does not give back, as "name=value (timm's config reads back as other)"; `same` names arguments whose
+    difference changes none of the compared outputs for this model."""
+    config = model.get_config()
+    problems = []
+    mine, theirs = activation(config), activation({**_DEFAULTS, **args})
+    if mine != theirs:
+        problems.append(f"the {mine} activation ({fmt}'s config reads back as {theirs})")
+    if "activation" in same:
+        problems = []
+    for name in STRUCTURE:
+        if name in same or name not in args and name in ("classes",):
+            continue
+        mine = _normal(model, name, config.get(name))
+        theirs = _normal(model, name, args.get(name, _DEFAULTS.get(name)))
+        if mine != theirs:
+            said = args.get(name, _DEFAULTS.get(name))
+            label = "a pre-logits layer " if name == "representation_size" else ""
+            problems.append(f"{label}{name}={config.get(name)!r} ({fmt}'s config reads back as {said!r})")
+    return problems
+
+
+# VisionTransformer's own defaults, for arguments a reader leaves out.
+_DEFAULTS = {"representation_size": None, "pooling": None, "fc_norm": False, "approximate_gelu": True,
+             "mlp_activation": None, "distillation": False, "layer_scale": None, "register_tokens": 0,
+             "prefix_posemb": "all", "pre_norm": False, "patch_bias": True, "relative_position_bias": False,
+             "absolute_position_embeddings": True, "classifier": "token"}
 
 
 def write_folder(folder: Any, tensors: dict[str, np.ndarray], files: dict[str, dict[str, Any]], *,
