@@ -49,8 +49,8 @@ def main(argv=None):
     bf16.set_weights(model.get_weights())
 
     pics = photos_lib.photos()
-    x_all = photos_lib.to_input([im for _, im in pics], 224) if pics else \
-        np.random.default_rng(0).uniform(-1, 1, (4, 224, 224, 3)).astype("float32")
+    x_all = (photos_lib.to_input([im for _, im in pics], 224) if pics else
+        np.random.default_rng(0).uniform(-1, 1, (4, 224, 224, 3)).astype("float32"))
     x_all = x_all.astype("float32")
     x1 = x_all[:1]
     reference = model.predict(x_all, verbose=0)

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     from keras_vit._common import Tensor
 
-log = logging.getLogger("keras_vit")
+log = logging.getLogger(__name__)
 
 _RESOURCES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resources")
 

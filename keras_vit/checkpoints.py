@@ -31,7 +31,7 @@ from keras_vit.posemb import stored_grid
 from keras_vit.presets import (DEFAULT_WEIGHTS_URL, NAMED_WEIGHTS, PRESETS, WEIGHTS_URL_ENV, missing_checkpoint,
                                weights_url)
 
-log = logging.getLogger("keras_vit")
+log = logging.getLogger(__name__)
 
 _AUGREG_FILE = re.compile(r"^(R\d*_)?(Ti|S|B|L|H)_\d+-i(1|21)k-[\w.\-]+$")
 

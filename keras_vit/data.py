@@ -42,7 +42,7 @@ from keras_vit.images import (DECODE_PILLOW, decode, decode_eager, inspect_many,
 if TYPE_CHECKING:
     from keras_vit.images import ImageInfo
 
-log = logging.getLogger("keras_vit")
+log = logging.getLogger(__name__)
 
 
 ARCHIVE_EXTENSIONS = (".tgz", ".tar", ".tar.gz", ".gz")

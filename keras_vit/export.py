@@ -62,7 +62,7 @@ if TYPE_CHECKING:
     import keras
     import tensorflow as tf
 
-log = logging.getLogger("keras_vit")
+log = logging.getLogger(__name__)
 
 FORMATS = EXPORT_FORMATS
 QUANTIZATIONS = ("float16", "dynamic", "int8", "a16w8")

@@ -39,7 +39,7 @@ from keras_vit.loading import load_model  # noqa: F401 (public here too: keras_v
 if TYPE_CHECKING:
     import keras
 
-log = logging.getLogger("keras_vit")
+log = logging.getLogger(__name__)
 
 # The bias column's value: large, so that its weight is barely regularized (the L2 term
 # penalizes w_bias^2 while the bias itself is w_bias * BIAS).

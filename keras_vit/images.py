@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     from keras_vit._common import Tensor
 
-log = logging.getLogger("keras_vit")
+log = logging.getLogger(__name__)
 
 # Pillow refuses images over twice its 89.5-megapixel warning; so do we, before decoding.
 MAX_IMAGE_PIXELS = 178_956_970

@@ -729,8 +729,8 @@ class TransformerBlock(keras.layers.Layer):
     def call(self, inputs: Tensor, training: bool | None = None,
              return_attention_scores: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         bias = self._relative_bias(inputs)
-        y, probs = self._attention(self.norm1(inputs), training=training, return_attention_scores=True, bias=bias) \
-            if return_attention_scores else (self._attention(self.norm1(inputs), training=training, bias=bias), None)
+        y, probs = (self._attention(self.norm1(inputs), training=training, return_attention_scores=True, bias=bias)
+            if return_attention_scores else (self._attention(self.norm1(inputs), training=training, bias=bias), None))
         x = inputs + self.drop_path(self.dropout(self._scale(y, 1), training=training), training=training)
         y = self._mlp(self.norm2(x), training)
         x = x + self.drop_path(self.dropout(self._scale(y, 2), training=training), training=training)

@@ -25,7 +25,7 @@ from keras_vit.interpolation import METHODS, resample_grid_numpy, resampling_mat
 if TYPE_CHECKING:
     import keras
 
-log = logging.getLogger("keras_vit")
+log = logging.getLogger(__name__)
 
 
 def infer_grid(num_patches, like=None):
@@ -104,8 +104,12 @@ def resample_position_embeddings(posemb: np.ndarray, new_grid: int | Sequence[in
 
 
 @refuse_unknown_keywords
-def with_image_size(model: keras.Model, image_size: int | Sequence[int], *, method: str = "official") -> keras.Model:
+def with_image_size(model: keras.Model, image_size: int | Sequence[int], *, method: str | None = None) -> keras.Model:
     """The same model at another input size: all weights copied, position embeddings resampled.
+
+    `method` defaults to the model's own (`model.posemb_resample`): the official one for Google's
+    models, timm's or transformers' for a model loaded from theirs, so the moved model gives what its
+    library gives at that size; any name of `keras_vit.interpolation.METHODS` overrides it.
 
     Example:
     >>> model = keras_vit.ViTTi16(input_shape=(224, 224, 3))
@@ -116,7 +120,7 @@ def with_image_size(model: keras.Model, image_size: int | Sequence[int], *, meth
     config = model.get_config()
     config["image_size"] = to_pair(image_size, "image_size")
     new = type(model).from_config(config)
-    copy_weights(model, new, method=method)
+    copy_weights(model, new, method=method or getattr(model, "posemb_resample", "official"))
     return new
 
 
@@ -146,6 +150,10 @@ def copy_weights(source, target, *, method="official"):
             plan.append((variable, s, old_grid))
             new_grid = target.patch_encoder.grid_size
             report["resampled"].append(resample_note(old_grid, new_grid, method))
+        elif variable.path.endswith("relative_position_bias_table"):
+            problems.append(f"{variable.path}: target {tuple(variable.shape)}, source {tuple(s.shape)} (BEiT's relative "
+                            "position bias is resized as its library does when the checkpoint loads: "
+                            "keras_vit.from_pretrained(folder, image_size=...))")
         else:
             problems.append(f"{variable.path}: target {tuple(variable.shape)}, source {tuple(s.shape)}")
     for path in src:
@@ -240,3 +248,115 @@ def with_patch_size(model: keras.Model, patch_size: int | Sequence[int], *, meth
     log.info("patch size %dx%d -> %dx%d (%s); image size %dx%d -> %dx%d", *model.patch_size, *new_patch, method,
              *model.image_size, *new.image_size)
     return new
+
+
+# -- BEiT's relative position bias table at another patch grid --------------------------------------
+
+RELATIVE_METHODS = ("timm", "transformers")
+
+
+def _timm_offsets(src, dst):
+    """timm's `resize_rel_pos_bias_table` (from BEiT's run_class_finetuning.py): the `src` stored
+    offsets placed on a geometric progression q whose half spans `dst // 2`, q found by bisection."""
+    left, right = 1.01, 1.5
+    while right - left > 1e-6:
+        q = (left + right) / 2.0
+        if (1.0 - q ** (src // 2)) / (1.0 - q) > dst // 2:
+            right = q
+        else:
+            left = q
+    dis, cur = [], 1.0
+    for i in range(src // 2):
+        dis.append(cur)
+        cur += q ** (i + 1)
+    return np.asarray([-d for d in reversed(dis)] + [0.0] + dis, dtype=np.float32)
+
+
+def _timm_taps(points, targets):
+    """timm's RegularGridInterpolator along one axis, in float32: (left, right) indices and the
+    distances each weights the other by (past either end both point at the end row)."""
+    right = np.minimum(np.searchsorted(points, targets, side="left"), len(points) - 1)  # torch.bucketize
+    left = np.clip(right - 1, 0, len(points) - 1)
+    dist_left = np.maximum(targets - points[left], np.float32(0))
+    dist_right = np.maximum(points[right] - targets, np.float32(0))
+    both_zero = (dist_left == 0) & (dist_right == 0)
+    dist_left[both_zero] = dist_right[both_zero] = 1
+    return (left, right), (dist_left, dist_right)
+
+
+def _resize_timm(table, old_size, new_size):
+    y_idx, y_dist = _timm_taps(_timm_offsets(old_size[0], new_size[0]),
+                               np.arange(-(new_size[0] // 2), new_size[0] // 2 + 0.1, 1.0, dtype=np.float32))
+    x_idx, x_dist = _timm_taps(_timm_offsets(old_size[1], new_size[1]),
+                               np.arange(-(new_size[1] // 2), new_size[1] // 2 + 0.1, 1.0, dtype=np.float32))
+    z = table.reshape(old_size + (-1,))
+    numerator = np.zeros(new_size + (table.shape[-1],), np.float32)
+    for a in (0, 1):  # the corners in timm's order, product([0, 1], repeat=2)
+        for b in (0, 1):
+            weight = y_dist[1 - a][:, None] * x_dist[1 - b][None, :]
+            numerator = numerator + z[y_idx[a][:, None], x_idx[b][None, :]] * weight[..., None]
+    denominator = (y_dist[0] + y_dist[1])[:, None] * (x_dist[0] + x_dist[1])[None, :]
+    return (numerator / denominator[..., None]).reshape(new_size[0] * new_size[1], -1)
+
+
+def resize_relative_position_bias_table(table: np.ndarray, old_grid: int | Sequence[int],
+                                        new_grid: int | Sequence[int], method: str = "timm") -> np.ndarray:
+    """BEiT's relative position bias table of a `old_grid` patch grid, for `new_grid`, as its library does.
+
+    The table holds (2 * gh - 1) * (2 * gw - 1) offsets between patches (row-major by row offset,
+    then column offset), then three entries (class -> patch, patch -> class, class -> class), each
+    with one value per head. The offsets are resampled, the three kept; the model built at the new
+    size rebuilds its index (`keras_vit.layers.relative_position_index`) for its own grid.
+
+    Args:
+        table: ((2 * gh - 1) * (2 * gw - 1) + 3, heads).
+        old_grid: (gh, gw) of the stored table, or an int for a square grid.
+        new_grid: (rows, cols) of the new patch grid, or an int.
+        method: "timm": `timm.layers.resize_rel_pos_bias_table`, which timm's BEiT applies when a
+            checkpoint loads into a model of another img_size: the stored offsets placed on a
+            geometric progression spanning the new range, interpolated linearly (timm's
+            RegularGridInterpolator, clamped at the ends), in float32. "transformers": transformers'
+            BeitRelativePositionBias at another size: `F.interpolate(mode="bilinear",
+            align_corners=False)` of the offsets viewed as ((2 * gw - 1), (2 * gh - 1)) (its layout:
+            the same as timm's for a square stored grid) to (2 * rows - 1, 2 * cols - 1).
+
+    Returns:
+        ((2 * rows - 1) * (2 * cols - 1) + 3, heads), of the table's dtype; the table itself at the
+        same grid.
+
+    Example:
+    >>> table = np.random.normal(size=(7 * 7 + 3, 4)).astype("float32")  # a 4x4 grid, 4 heads
+    >>> resize_relative_position_bias_table(table, 4, 8).shape  # an 8x8 grid: 15 * 15 offsets
+    (228, 4)
+    >>> resize_relative_position_bias_table(table, 4, 8, "transformers").shape
+    (228, 4)
+    """
+    if method not in RELATIVE_METHODS:
+        raise ValueError(f"Unknown relative position bias resizing method {method!r}; use one of {RELATIVE_METHODS}.")
+    old, new = to_pair(old_grid, "old_grid"), to_pair(new_grid, "new_grid")
+    table = np.asarray(table)
+    old_size = (2 * old[0] - 1, 2 * old[1] - 1)
+    new_size = (2 * new[0] - 1, 2 * new[1] - 1)
+    if table.ndim != 2 or table.shape[0] != old_size[0] * old_size[1] + 3:
+        raise ValueError(f"a relative position bias table for the {old[0]}x{old[1]} grid has shape "
+                         f"({old_size[0] * old_size[1] + 3}, heads), got {table.shape}: pass the grid it was "
+                         "trained at as old_grid.")
+    if old == new:
+        return table
+    offsets, extra = table[:-3], table[-3:]
+    if method == "timm":
+        resized = _resize_timm(offsets.astype(np.float32), old_size, new_size)
+    else:  # transformers reshapes to (1, 2gw-1, 2gh-1, heads) before resizing to (2 rows-1, 2 cols-1)
+        resized = resample_grid_numpy(offsets.reshape(old_size[1], old_size[0], -1), new_size, "bilinear")
+        resized = resized.reshape(new_size[0] * new_size[1], -1)
+    return np.concatenate([resized.astype(table.dtype), extra], axis=0)
+
+
+def table_grid(entries: int) -> tuple[int, int]:
+    """The square patch grid of a relative position bias table of `entries` rows (as timm's checkpoint
+    filter assumes); ValueError otherwise."""
+    side = (math.isqrt(entries - 3) + 1) // 2
+    if entries < 4 or (2 * side - 1) ** 2 + 3 != entries:
+        raise ValueError(f"a relative position bias table of {entries} rows is not that of a square patch grid "
+                         "((2 * g - 1) ** 2 + 3 rows): keras-vit cannot tell its grid to resize it.")
+    return side, side

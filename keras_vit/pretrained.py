@@ -19,7 +19,6 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from keras_vit._common import check_keywords, refuse_unknown_keywords
-from keras_vit._common import to_pair as _pair
 from keras_vit._files import atomic_path
 from keras_vit.formats import official, timm, transformers
 from keras_vit.formats._assign import ArraySource, load_into
@@ -35,7 +34,7 @@ from keras_vit.presets import missing_checkpoint
 if TYPE_CHECKING:
     import keras
 
-log = logging.getLogger("keras_vit")
+log = logging.getLogger(__name__)
 
 FORMATS = ("official", "timm", "transformers")
 # The writers: format -> its module (unsavable, files_of, state_dict).
@@ -241,7 +240,8 @@ def from_pretrained(path: str | os.PathLike, *, resample: str | None = None, var
     timm's antialiased bicubic ("torch_bicubic_antialias"), transformers' plain bicubic
     ("torch_bicubic"; Dinov2WithRegisters antialiases), the official corner-aligned bilinear for .npz.
     transformers' DINOv2 models take any size (`dynamic_image_size=True`), as there; timm's do when
-    saved with dynamic_img_size.
+    saved with dynamic_img_size. BEiT's relative position bias tables are resized as its library
+    does (`keras_vit.posemb.resize_relative_position_bias_table`: "timm" or "transformers").
 
     Keyword arguments override `VisionTransformer` arguments: `image_size` resamples the
     position embeddings once (`resample`, by default the source's method), `posemb_resample` the
@@ -271,10 +271,6 @@ def _build_and_load(checkpoint, path, resample, variant, overrides):
         if fmt != "official":
             raise ValueError(f"{path} is a {fmt} checkpoint: its config gives the sizes; variant is for .npz files.")
         args.update(VARIANTS[canonical_variant(variant)])
-    if args.get("relative_position_bias") and "image_size" in overrides and \
-            _pair(overrides["image_size"], "image_size") != _pair(args["image_size"], "image_size"):
-        raise ValueError(f"{path}: image_size={overrides['image_size']!r}, not the checkpoint's "
-                         f"{args['image_size']!r}: keras-vit lacks the {MISSING_FEATURES['beit-resized']}.")
     if args.get("image_size") is None and "image_size" not in overrides:
         raise ValueError(f"{path}: the position embeddings are not on a square grid; pass image_size=(H, W).")
     if "classes" in overrides and overrides["classes"] != args.get("classes"):
@@ -361,7 +357,10 @@ def save_pretrained(model: keras.Model, folder: str | os.PathLike, *, format: st
     timm loads with `timm.create_model(config["architecture"], pretrained=True,
     pretrained_cfg_overlay=dict(file=f"{folder}/model.safetensors"), **config["model_args"])`
     or from the hub. format="transformers": ViTForImageClassification (ViTModel without a
-    head) with a preprocessor_config.json. timm's ViT computes the exact GELU: a model
+    head) with a preprocessor_config.json. The families read from timm and transformers
+    (DeiT distilled, DINOv2 with registers or SwiGLU, CLIP, SigLIP, BEiT) are written back as
+    their source's architectures (docs/checkpoints.md); a model whose structure the written
+    config would not give back is refused, naming each difference. timm's ViT computes the exact GELU: a model
     built with `approximate_gelu=True` is saved with a log line saying its logits will
     move slightly. Returns the folder.
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from keras_vit.data import Split
     from keras_vit.serving import Classifier
 
-log = logging.getLogger("keras_vit")
+log = logging.getLogger(__name__)
 
 IMBALANCE_RATIO = 3.0  # largest class / smallest class from which the start of a run warns
 WORST_LISTED = 10  # worst-classified test images in the log (the CSV lists up to WORST_WRITTEN)

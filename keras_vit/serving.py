@@ -21,7 +21,7 @@ from keras_vit._common import refuse_unknown_keywords
 from keras_vit.applications import decode_predictions, preprocess_input, resize_images
 from keras_vit.loading import load_model
 
-log = logging.getLogger("keras_vit")
+log = logging.getLogger(__name__)
 
 METADATA_NAME = "keras_vit.json"  # inside a SavedModel, under assets.extra/
 INPUT_NAME = "images"

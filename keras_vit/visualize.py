@@ -45,7 +45,7 @@ from keras_vit.loading import load_model
 if TYPE_CHECKING:
     import keras
 
-log = logging.getLogger("keras_vit")
+log = logging.getLogger(__name__)
 
 __all__ = [
     # on a model

@@ -62,8 +62,8 @@ def definition(module, name):
     for node in _module_tree(module).body:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
             return module, node
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("keras_vit") and \
-                any(alias.name == name and alias.asname is None for alias in node.names):
+        if (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("keras_vit") and
+                any(alias.name == name and alias.asname is None for alias in node.names)):
             return definition(node.module, name)
     return None
 

@@ -157,8 +157,8 @@ def test_recipe_cost_scales_each_step_to_its_full_run_against_the_budget():
     assert vit["run_cpu_min"] == 50 * 100 * 2.0 / 60 and vit["x_budget"] == 1.0  # medians, not means
     assert hybrid["run_cpu_min"] == 20 * 200 * 3.0 / 60 and hybrid["cpu_ms_per_image"] == 60.0
     assert round(hybrid["x_budget"], 9) == 1.2 and round(hybrid["epochs_in_budget"], 6) == round(20 / 1.2, 6)
-    assert "| hybrid | float32 | off | 50 | 2.000 | 60.0 | 20 | 133 | 200 | 1.20 | 16.7 |" in \
-        recipe_cost.table(rows, 10_000)
+    assert "| hybrid | float32 | off | 50 | 2.000 | 60.0 | 20 | 133 | 200 | 1.20 | 16.7 |" in (
+        recipe_cost.table(rows, 10_000))
 
 
 def test_recipe_cost_builds_and_times_a_recipe_as_keras_vit_train_does(tmp_path):

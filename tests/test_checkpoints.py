@@ -184,8 +184,8 @@ def test_pickled_arrays_are_refused(tmp_path):
 
 @pytest.mark.one_backend
 def test_official_key_table():
-    assert official_key("encoderblock_3/query/kernel") == \
-        "Transformer/encoderblock_3/MultiHeadDotProductAttention_1/query/kernel"
+    assert official_key("encoderblock_3/query/kernel") == (
+        "Transformer/encoderblock_3/MultiHeadDotProductAttention_1/query/kernel")
     assert official_key("encoderblock_3/norm2/gamma", "current") == "Transformer/encoderblock_3/LayerNorm_1/scale"
     assert official_key("encoderblock_0/mlp_dense2/bias") == "Transformer/encoderblock_0/MlpBlock_3/Dense_1/bias"
     assert official_key("block2_unit3/gn_proj/beta") == "block2/unit3/gn_proj/bias"
@@ -198,20 +198,20 @@ def test_named_weights_resolve_to_the_public_release(monkeypatch):
     base = "https://storage.googleapis.com/vit_models"
     assert resolve_weights("imagenet21k", "B/16") == f"{base}/imagenet21k/ViT-B_16.npz"
     assert resolve_weights("imagenet21k", "R50+B/16") == f"{base}/imagenet21k/R50+ViT-B_16.npz"
-    assert resolve_weights("imagenet21k+imagenet2012", "L/16", (224, 224)) == \
-        f"{base}/imagenet21k+imagenet2012/ViT-L_16-224.npz"
-    assert resolve_weights("imagenet21k+imagenet2012", "B/32", (384, 384)) == \
-        f"{base}/imagenet21k+imagenet2012/ViT-B_32.npz"
-    assert resolve_weights("augreg", "S/16") == \
-        f"{base}/augreg/S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0.npz"
+    assert resolve_weights("imagenet21k+imagenet2012", "L/16", (224, 224)) == (
+        f"{base}/imagenet21k+imagenet2012/ViT-L_16-224.npz")
+    assert resolve_weights("imagenet21k+imagenet2012", "B/32", (384, 384)) == (
+        f"{base}/imagenet21k+imagenet2012/ViT-B_32.npz")
+    assert resolve_weights("augreg", "S/16") == (
+        f"{base}/augreg/S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0.npz")
     assert resolve_weights("augreg+imagenet2012", "B/16").endswith(
         "B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.03-res_384.npz")
     name = "B_8-i21k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.0-sd_0.0"
     assert resolve_weights(name, "B/8") == f"{base}/augreg/{name}.npz"
     with pytest.raises(ValueError, match=r"No 'imagenet21k' weights were released for Ti/16"):
         resolve_weights("imagenet21k", "Ti/16")
-    assert resolve_weights("imagenet", "B/16") == f"{base}/augreg/B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-" \
-        "do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.01-res_224.npz"
+    assert resolve_weights("imagenet", "B/16") == (f"{base}/augreg/B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-"
+        "do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.01-res_224.npz")
     assert resolve_weights("imagenet", "H/14") == f"{base}/imagenet21k+imagenet2012/ViT-H_14.npz"
     with pytest.raises(ValueError, match="Unknown weights 'imagenet1k'"):
         resolve_weights("imagenet1k", "B/16")

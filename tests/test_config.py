@@ -26,8 +26,8 @@ TINY = dict(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads
 ])
 def test_the_derived_sizes(fields, grid, effective, stride, prefix):
     config = ViTConfig(**fields)
-    assert (config.grid, config.effective_patch, config.stem_stride, config.num_prefix_tokens) == \
-        (grid, effective, stride, prefix)
+    assert (config.grid, config.effective_patch, config.stem_stride, config.num_prefix_tokens) == (
+        (grid, effective, stride, prefix))
     model = keras_vit.VisionTransformer(config)
     assert model.patch_encoder.grid_size == grid and model.num_prefix_tokens == prefix
 

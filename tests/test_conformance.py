@@ -2,7 +2,8 @@
 
 The checks follow what Keras' own application suite (keras/src/applications/applications_test.py)
 expects of every keras.applications model, plus the constructors' signature and the
-preprocess_input / decode_predictions formats, so the contract cannot drift. The smallest variants
+preprocess_input / decode_predictions formats, so the contract cannot drift (keras.saving's serialization
+round trip of every constructor is in tests/test_contract.py). The smallest variants
 run at 32x32 (one to four patches) to stay fast. Where keras-vit differs on purpose, the test
 says so and pins the difference:
 - `weights` defaults to None, not "imagenet" (no download on construction; R26+B/32 has no release);
@@ -119,14 +120,6 @@ def test_no_top_custom_input_tensor(app, width):
     assert model.inputs[0].name == "custom_input" and model.input_shape == (None, 64, 64, 4)
     with pytest.raises(ValueError, match=r"input_shape \(48, 48, 3\) does not match input_tensor's shape"):
         app(weights=None, include_top=False, input_tensor=x, input_shape=(48, 48, 3))
-
-
-def test_serialization_round_trip():
-    model = keras_vit.RViTTi16(weights=None, input_shape=SIZE)
-    config = keras.saving.serialize_keras_object(model)
-    reconstructed = keras.saving.deserialize_keras_object(config)
-    assert len(model.weights) == len(reconstructed.weights)
-    assert reconstructed.name == "rvitti16" and reconstructed.output_shape == (None, 1000)
 
 
 def test_channels_last_whatever_the_global_data_format():

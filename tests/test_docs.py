@@ -163,8 +163,8 @@ def test_each_code_block_is_run_or_marked_with_its_reason():
         assert fences == 2 * len(blocks), f"{_name(path)}: {fences} fence lines for {len(blocks)} blocks"
         for line, language, marker, reason, code in blocks:
             where = f"{_name(path)}:{line}"
-            assert language in RUNNERS or language in NOT_COMMANDS, \
-                f"{where}: ```{language} is neither a command ({', '.join(RUNNERS)}) nor {NOT_COMMANDS}"
+            assert language in RUNNERS or language in NOT_COMMANDS, (
+                f"{where}: ```{language} is neither a command ({', '.join(RUNNERS)}) nor {NOT_COMMANDS}")
             if language in NOT_COMMANDS:
                 assert marker is None, f"{where}: a ```text block is never run; its marker says nothing"
                 continue
@@ -183,10 +183,10 @@ def test_the_markers_are_read_as_documented():
         code_blocks("<!-- skip -->\n```python\nx = 1\n```\n")
     with pytest.raises(ValueError, match=r"x.md:1: the block opened here is never closed"):
         code_blocks("```bash\nls\n", "x.md")
-    assert code_blocks("<!-- not run: needs the network -->\n```python\nx = 1\n```\n") == \
-        [(2, "python", "not run", "needs the network", "x = 1\n")]
-    assert code_blocks("- a list item:\n  ```bash\n  keras-vit --help \\\n      --version\n  ```\n") == \
-        [(2, "bash", None, "", "keras-vit --help \\\n    --version\n")]
+    assert code_blocks("<!-- not run: needs the network -->\n```python\nx = 1\n```\n") == (
+        [(2, "python", "not run", "needs the network", "x = 1\n")])
+    assert code_blocks("- a list item:\n  ```bash\n  keras-vit --help \\\n      --version\n  ```\n") == (
+        [(2, "bash", None, "", "keras-vit --help \\\n    --version\n")])
 
 
 def test_the_api_reference_covers_every_public_name():

@@ -4,6 +4,7 @@ ruff is clean."""
 
 import ast
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -194,6 +195,44 @@ def test_no_module_imports_another_modules_private_names():
     assert not crossings, "private names crossing modules:\n" + "\n".join(crossings)
 
 
+def _backslash_continuations(source):
+    """Line numbers that end in a backslash continuation (outside strings): static tools lose the
+    expression there; parentheses carry a line on."""
+    import io
+    import tokenize
+
+    lines = set()
+    previous_end = None
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if previous_end is not None and token.start[0] > previous_end[0] and token.type not in (
+                tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER):
+            # a token on a later line with no NEWLINE/NL token between: the lines were joined by a backslash
+            lines.add(previous_end[0])
+        previous_end = token.end if token.type not in (tokenize.NL, tokenize.NEWLINE) else None
+    return sorted(lines)
+
+
+def test_the_backslash_finder_finds_one():
+    source = "x = 1 + \\\n    2\ny = (1 +\n     2)\ns = '''a \\\nb'''\nz = 3\n"
+    assert _backslash_continuations(source) == [1]
+
+
+def test_no_backslash_continuations():
+    paths = [*PACKAGE.rglob("*.py"), *ROOT.glob("recipes/*.py"), *ROOT.glob("benchmarks/*.py"), *ROOT.glob("tests/*.py"),
+             *ROOT.glob("saved_models/*.py")]
+    found = {str(path.relative_to(ROOT)): lines for path in sorted(paths)
+             if (lines := _backslash_continuations(path.read_text()))}
+    assert not found, f"backslash continuations (use parentheses): {found}"
+
+
+def test_modules_log_under_their_own_names():
+    """`getLogger(__name__)`: a user can quiet one module (keras_vit.data) and keep the rest; the package's
+    root logger "keras_vit" is named only where it is configured (__init__'s NullHandler, the CLI)."""
+    literal = [str(path.relative_to(ROOT)) for path in PACKAGE.rglob("*.py")
+               if path.name not in ("__init__.py", "cli.py") and 'getLogger("keras_vit")' in path.read_text()]
+    assert not literal, f"modules that log as 'keras_vit' instead of getLogger(__name__): {literal}"
+
+
 def test_ruff_is_clean():
     ruff = shutil.which("ruff") or str(pathlib.Path(sys.executable).with_name("ruff"))
     if not pathlib.Path(ruff).exists():
@@ -265,3 +304,22 @@ def test_every_public_callable_refuses_a_misspelled_keyword_naming_it():
         else:
             failures.append(f"{name}({typo}=1) ran")
     assert not failures, "\n".join(failures)
+
+
+def test_contributing_names_every_module_and_every_test_file():
+    """docs/contributing.md's layout names every module, its Tests paragraph every test file, and the count of
+    `test_<module>.py` files it gives is the tree's (issue 36: the README's naming rule had drifted, 8 of 22)."""
+    text = (ROOT / "docs" / "contributing.md").read_text()
+    layout = text[text.index("```text\nkeras_vit/"):]
+    layout = layout[:layout.index("\n```")]
+    unnamed = [p.name for p in sorted(PACKAGE.glob("*.py")) if not re.search(rf"\b{re.escape(p.name)}", layout)]
+    assert not unnamed, f"modules missing from docs/contributing.md's layout: {unnamed}"
+    tests = text[text.index("Test files:"):text.index("Fixtures live under")]
+    files = sorted(p.stem.removeprefix("test_") for p in (ROOT / "tests").glob("test_*.py"))
+    own = [f for f in files if (PACKAGE / f"{f}.py").exists() or (PACKAGE / f / "__init__.py").exists()]  # modules, packages
+    stated = re.search(r"own tests \((\d+) of the (\d+) files: (.*?)\); the", tests, re.S)
+    assert stated, "docs/contributing.md: 'own tests (N of the M files: ...)' not found"
+    assert (int(stated[1]), int(stated[2])) == (len(own), len(files)), (stated[1], stated[2], len(own), len(files))
+    assert sorted(re.findall(r"`(\w+)`", stated[3])) == own, (stated[3], own)
+    unlisted = [f"test_{f}.py" for f in files if f not in own and f"`test_{f}.py`" not in tests]
+    assert not unlisted, f"test files docs/contributing.md does not say what they check: {unlisted}"

@@ -1,5 +1,3 @@
-import json
-import os
 import subprocess
 import sys
 
@@ -14,43 +12,6 @@ from conftest import ROOT, randomize, tiny_vit
 from keras_vit.presets import PRESETS
 
 pytestmark = pytest.mark.backends
-
-# The official implementation's counts (1000 classes, 224x224), from the presets table.
-OFFICIAL_PARAMETERS = {preset.constructor: preset.parameters for preset in PRESETS.values()}
-
-
-@pytest.fixture(scope="module")
-def built_counts():
-    """Every constructor built once at its default size. The variables are created with their shapes
-    but never initialized (a StatelessScope that does not initialize on exit): the 14 full-size models
-    hold about 2.3 billion values, 9 GB and minutes of random numbers that a count does not need. In a
-    process of its own, so no uninitialized variable is left where a later scope would initialize it."""
-    code = ("import json, keras, keras_vit\n"
-            "out = {}\n"
-            f"for name in {sorted(OFFICIAL_PARAMETERS)!r} + ['ViTB16@384']:\n"
-            "    fn = getattr(keras_vit, name.split('@')[0])\n"
-            "    with keras.StatelessScope(initialize_variables=False):\n"
-            "        model = fn(input_shape=(384, 384, 3)) if name.endswith('@384') else fn()\n"
-            "    assert all(v._value is None for v in model.weights), name  # nothing was allocated\n"
-            "    out[name] = [model.count_params(), list(model.output_shape)]\n"
-            "    del model; keras.backend.clear_session()\n"
-            "print(json.dumps(out))\n")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), timeout=1200)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
-@pytest.mark.one_backend
-@pytest.mark.parametrize("constructor,count", OFFICIAL_PARAMETERS.items())
-def test_parameter_counts_equal_the_official_implementation(constructor, count, built_counts):
-    assert built_counts[constructor] == [count, [None, 1000]]
-
-
-@pytest.mark.one_backend
-def test_b16_at_384_has_the_official_parameter_count(built_counts):
-    assert built_counts["ViTB16@384"][0] == 86_859_496
-
 
 def test_every_preset_has_its_explicit_constructor():
     import inspect
@@ -124,16 +85,6 @@ def test_hybrid_shapes():
     assert model(np.zeros((2, 64, 64, 3), "float32")).shape == (2, 5)
     root_only = keras_vit.RViTTi16(input_shape=(64, 96, 3), classes=4)
     assert root_only.patch_encoder.grid_size == (2, 3)
-
-
-def test_config_round_trip_gives_the_same_outputs():
-    model = randomize(tiny_vit(classifier="gap", representation_size=16, dropout_rate=0.1, drop_path_rate=0.2))
-    config = json.loads(json.dumps(model.get_config()))
-    clone = keras_vit.VisionTransformer.from_config(config)
-    clone.set_weights(model.get_weights())
-    x = np.random.default_rng(0).normal(size=(2, 32, 32, 3)).astype("float32")
-    np.testing.assert_array_equal(to_numpy(clone(x)), to_numpy(model(x)))
-    assert clone.get_config() == model.get_config()
 
 
 @pytest.mark.one_backend

@@ -87,8 +87,8 @@ def test_set_parses_the_readmes_dict_syntax_safely_and_suggests_keys():
     assert config["recipe"].endswith(os.path.join("keras_vit", "recipes", "digits.py"))
     changed = training.apply_overrides(config, ["model.resnet=dict(num_layers=(3, 4, 9), width_factor=1)"])
     assert changed["model"]["resnet"] == {"num_layers": (3, 4, 9), "width_factor": 1}
-    assert training.apply_overrides(config, ["model.resnet={'num_layers': ()}"])["model"]["resnet"] == \
-        {"num_layers": ()}
+    assert training.apply_overrides(config, ["model.resnet={'num_layers': ()}"])["model"]["resnet"] == (
+        {"num_layers": ()})
     # never eval: a call inside is no literal, and is refused
     with pytest.raises(ValueError, match=r"--set model.resnet=dict\(num_layers=__import__.*: not a literal value"):
         training.apply_overrides(config, ["model.resnet=dict(num_layers=__import__('os').getcwd())"])

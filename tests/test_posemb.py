@@ -95,3 +95,22 @@ def test_with_image_size_copies_every_weight_and_resamples(tmp_path):
     same = keras_vit.with_image_size(model, 32)
     x = np.random.default_rng(0).normal(size=(2, 32, 32, 3)).astype("float32")
     np.testing.assert_array_equal(to_numpy(same(x)), to_numpy(model(x)))
+
+
+def test_with_image_size_resamples_with_the_models_own_method_by_default():
+    """A model loaded from timm (posemb_resample="torch_bicubic_antialias") moved to another size gives
+    what timm gives there, not the official resampling."""
+    from conftest import randomize, tiny_vit
+
+    model = randomize(tiny_vit(posemb_resample="torch_bicubic_antialias"))
+    embedding = to_numpy(model.patch_encoder.position_embedding)
+    for size, grid in ((48, (6, 6)), (24, (3, 3))):  # grows and shrinks: antialiasing changes the shrinking
+        moved = to_numpy(keras_vit.with_image_size(model, size).patch_encoder.position_embedding)
+        own = resample_position_embeddings(embedding, grid, old_grid=(4, 4), method="torch_bicubic_antialias")
+        official = resample_position_embeddings(embedding, grid, old_grid=(4, 4))
+        np.testing.assert_array_equal(moved, own)
+        assert np.abs(moved - official).max() > 1e-3
+    official_model = randomize(tiny_vit())
+    np.testing.assert_array_equal(
+        to_numpy(keras_vit.with_image_size(official_model, 48).patch_encoder.position_embedding),
+        resample_position_embeddings(to_numpy(official_model.patch_encoder.position_embedding), (6, 6), old_grid=(4, 4)))

@@ -161,8 +161,8 @@ def test_official_checkpoint_in_a_dynamic_model(tmp_path, name):
     assert np.abs(model.predict(images, verbose=0) - static.predict(images, verbose=0)).max() <= 1e-5
     # and the dynamic model writes the checkpoint back at its stored grid
     save_official_npz(model, tmp_path / "back.npz")
-    with np.load(tmp_path / "back.npz", allow_pickle=False) as back, \
-            np.load(OFFICIAL / f"{name}.npz", allow_pickle=False) as original:
+    with (np.load(tmp_path / "back.npz", allow_pickle=False) as back,
+            np.load(OFFICIAL / f"{name}.npz", allow_pickle=False) as original):
         key = "Transformer/posembed_input/pos_embedding"
         assert np.array_equal(back[key], original[key])
 

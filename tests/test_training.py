@@ -63,8 +63,8 @@ def test_warmup_then_cosine_or_linear_decay():
     np.testing.assert_allclose(values, [0.0, 0.5, 1.0, 0.5, 0.0, 0.0], atol=1e-6)
     linear = training.WarmupSchedule(2.0, 0, 100, decay="linear", end=1.0)
     np.testing.assert_allclose([float(linear(s)) for s in (0, 50, 100)], [2.0, 1.5, 1.0], atol=1e-6)
-    assert keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(cosine)).get_config() == \
-        cosine.get_config()
+    assert keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(cosine)).get_config() == (
+        cosine.get_config())
 
 
 def test_adamw_skips_biases_norms_class_token_and_position_embeddings():
@@ -193,8 +193,8 @@ def test_multi_worker_training_on_two_local_processes(tmp_path):
         assert w.returncode == 0, err[-3000:]
         assert "MultiWorkerMirroredStrategy with 2 replica(s)" in out
     metrics = _metrics(tmp_path / "run")
-    assert (metrics["strategy"], metrics["num_replicas"], metrics["epochs_completed"]) == \
-        ("MultiWorkerMirroredStrategy", 2, 2)
+    assert (metrics["strategy"], metrics["num_replicas"], metrics["epochs_completed"]) == (
+        ("MultiWorkerMirroredStrategy", 2, 2))
     assert (tmp_path / "backup").is_dir()  # per-worker folders, removed once training finished
     worker_1 = json.loads((tmp_path / "run" / ".workers" / "worker_1" / "metrics.json").read_text())
     assert worker_1["test_loss"] == pytest.approx(metrics["test_loss"]), "the replicas stayed in sync"

@@ -65,8 +65,8 @@ def test_the_annotation_check_finds_what_is_missing():
 
 def test_every_public_function_and_class_is_annotated():
     missing = [f"{module}.{line}" for module, _, node in public_api() for line in unannotated(node)]
-    assert not missing, "public signatures without annotations (parameters: the names; return: 'return'):\n" + \
-        "\n".join(missing)
+    assert not missing, "public signatures without annotations (parameters: the names; return: 'return'):\n" + (
+        "\n".join(missing))
 
 
 def test_every_public_function_and_class_has_an_example():
@@ -96,5 +96,5 @@ def test_mypy_reports_a_planted_error(tmp_path):
     shutil.copy(ROOT / "setup.cfg", tmp_path / "setup.cfg")
     result = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "cache")],
                             cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 1 and "_planted.py:2: error: Incompatible return value type" in result.stdout, \
-        result.stdout + result.stderr
+    assert result.returncode == 1 and "_planted.py:2: error: Incompatible return value type" in result.stdout, (
+        result.stdout + result.stderr)

@@ -22,7 +22,7 @@ from keras_vit.posemb import resample_note, resample_position_embeddings, stored
 if TYPE_CHECKING:
     import keras
 
-log = logging.getLogger("keras_vit")
+log = logging.getLogger(__name__)
 
 POSEMB_PATH = "patch_encoder/pos_embedding"
 HEAD_PATHS = ("head/", "head_dist/")

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from keras_vit.formats._assign import KeyTable
+from keras_vit.posemb import resize_relative_position_bias_table, table_grid
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -22,7 +23,6 @@ PICKLE_SUFFIXES = (".bin", ".pth", ".pt", ".ckpt", ".pkl", ".pickle")
 # Families keras-vit does not build yet, and the features they need that it lacks.
 MISSING_FEATURES = {
     "beit-shared": "shared relative position bias (one table for every block)",
-    "beit-resized": "relative position bias at another size (its table resampled)",
     "data2vec-vision": "relative position bias shared across blocks (read as BEiT's is not checked)",
     "eva": "rotary position embeddings (RoPE) and SwiGLU with its own norm",
     "eva02": "rotary position embeddings (RoPE) and SwiGLU with its own norm",
@@ -77,8 +77,8 @@ def read_tensors(files):
         try:
             part = st.load_file(file)
         except Exception as e:  # a truncated header, a dtype numpy has no type for (bfloat16)
-            hint = " (NumPy has no bfloat16: save the weights in float32 or float16)" if "bfloat16" in str(e).lower() \
-                or "bf16" in str(e).lower() else ""
+            hint = (" (NumPy has no bfloat16: save the weights in float32 or float16)" if "bfloat16" in str(e).lower()
+                or "bf16" in str(e).lower() else "")
             raise ValueError(f"{file} is not a safetensors file NumPy can read: {e}{hint}.") from None
         tensors.update(part)
     return tensors
@@ -102,13 +102,18 @@ def class_names(names, count, descriptions=None):
 
 
 class TorchTable(KeyTable):
-    """PyTorch layouts. `qkv_bias=False`: the source has no query/key/value biases (set to zero)."""
+    """PyTorch layouts. `qkv_bias=False`: the source has no query/key/value biases (set to zero).
+    `relative_method`: how the library resizes BEiT's relative position bias table at another size
+    (`keras_vit.posemb.RELATIVE_METHODS`)."""
+
+    relative_method = "timm"
 
     def __init__(self, model, qkv_bias=True):
         self.model, self.qkv_bias = model, qkv_bias
 
     def new_report(self):
-        return {"loaded": [], "kept": [], "dropped": [], "resampled": [], "zeroed": []}
+        self.report = {"loaded": [], "kept": [], "dropped": [], "resampled": [], "zeroed": []}
+        return self.report  # to_keras adds the relative position bias tables it resizes
 
     def no_key_bias(self, path):
         """Whether the source's attention has no key bias (BEiT)."""
@@ -140,7 +145,23 @@ class TorchTable(KeyTable):
                 or key.startswith("pooler.") and model.representation_size is None
                 or key.endswith(DERIVED_BUFFERS))  # recomputed by keras-vit (older files saved them)
 
+    def fits(self, variable, key, want, found):
+        if found == want:
+            return True
+        if not key.endswith("relative_position_bias_table") or len(found) != 2 or found[1] != want[1]:
+            return False
+        try:  # a table of another (square) grid: resized in to_keras, as the library does at load
+            table_grid(found[0])
+        except ValueError:
+            return False
+        return True
+
     def to_keras(self, value, variable, part):
+        if variable.path.endswith("relative_position_bias_table") and value.shape != tuple(variable.shape):
+            old_grid, new_grid = table_grid(value.shape[0]), tuple(self.model.patch_encoder.grid_size)
+            self.report["resampled"].append(f"{variable.path}: relative position bias {old_grid[0]}x{old_grid[1]} "
+                                            f"-> {new_grid[0]}x{new_grid[1]} ({self.relative_method})")
+            return resize_relative_position_bias_table(value, old_grid, new_grid, self.relative_method)
         if part is not None:
             value = np.split(value, part[1], axis=0)[part[0]]
         if variable.path.endswith("embedding/kernel"):
@@ -149,17 +170,38 @@ class TorchTable(KeyTable):
             return value.T
         return value
 
+    def unwritten(self, variable):
+        """Whether the source has no place for a variable that must then be zero (read back as zero by
+        `absent`): BEiT's key bias, the biases of a `qkv_bias=False` source, CLIP's unbiased projection."""
+        path = variable.path
+        return self.no_key_bias(path) or (not self.qkv_bias and path.split("/")[1:2] in (["query"], ["key"],
+                                                                                         ["value"])
+                                          and path.endswith("/bias"))
+
+    def to_source(self, variable, key):
+        """A variable's value in the source's layout under `key` (PyTorch's, by default)."""
+        return to_source(variable)
+
     def state_dict(self, model, prefix=""):
-        """The model's weights as {source key: float32 array}; `prefix` goes before every key but a head's."""
+        """The model's weights as {source key: float32 array}, the inverse of loading through this table:
+        `prefix` goes before every key but a head's; a variable the source has no place for must be zero
+        (a bias it lacks) or it raises, naming the variable."""
         tensors, packed = {}, {}
         for variable in model.weights:
             key, part = self.key(variable.path)
-            value = to_source(variable)
+            if key is None or self.unwritten(variable):
+                if key is None or np.any(np.asarray(variable.numpy())):
+                    what = f"{variable.path}, which" if key is None else f"a non-zero {variable.path}, which"
+                    raise ValueError(f"{model.name!r} cannot be saved in {self.format}'s format: it has {what} "
+                                     f"{self.format}'s format has no place for.")
+                continue
+            value = self.to_source(variable, key)
+            if not variable.path.startswith(("head/", "head_dist/")):
+                key = prefix + key
             if part is not None:
                 packed.setdefault(key, [None] * part[1])[part[0]] = value
                 continue
-            top = key.startswith(("classifier.", "head."))
-            tensors[key if top else prefix + key] = value
+            tensors[key] = value
         for key, parts in packed.items():
             tensors[key] = np.concatenate(parts, axis=0)
         return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in tensors.items()}
@@ -176,22 +218,74 @@ def to_source(variable):
 
 
 def unsavable(model) -> list[str]:
-    """What a model has that neither timm's nor transformers' ViT writer holds (the issue-37 families are
-    read, not written yet: their configs need the per-family writers)."""
+    """What a model has that neither timm's nor transformers' writers hold."""
     problems = []
     if model.resnet is not None:
         problems.append("a hybrid ResNet stem")
     if model.pooling == "unpooled":
         problems.append("pooling='unpooled'")
-    for name, plain in (("layer_scale", None), ("register_tokens", 0), ("prefix_posemb", "all"), ("pre_norm", False),
-                        ("patch_bias", True), ("mlp_activation", None)):
-        if getattr(model, name, plain) != plain:
-            problems.append(f"{name}={getattr(model, name)!r} (writing it is not implemented yet)")
-    if model.pooling == "map":
-        problems.append("pooling='map' (writing it is not implemented yet)")
-    if model.relative_position_bias or not model.absolute_position_embeddings:
-        problems.append("BEiT's relative position bias (writing it is not implemented yet)")
     return problems
+
+
+# The VisionTransformer arguments a written config must give back when read (the rest: the view, the
+# resampling, dropout, names, are the source's own or not part of the computation).
+STRUCTURE = ("image_size", "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "include_top",
+             "classes", "classifier", "representation_size", "pooling", "fc_norm", "layer_norm_epsilon",
+             "distillation", "layer_scale", "register_tokens", "prefix_posemb", "pre_norm", "patch_bias",
+             "relative_position_bias", "absolute_position_embeddings")
+
+
+def activation(args):
+    """The MLP's activation a VisionTransformer's arguments name: "gelu", "gelu_tanh", "quick_gelu", "swiglu"."""
+    return args.get("mlp_activation") or ("gelu_tanh" if args.get("approximate_gelu", True) else "gelu")
+
+
+def _normal(model, name, value):
+    if name in ("image_size", "patch_size") and isinstance(value, int):
+        return (value, value)
+    if name == "image_size":
+        return tuple(value)
+    if name == "pooling" and value is None and model.classifier == "gap":
+        return "gap"  # a model without a class token pools by averaging unless told otherwise
+    if name == "classes" and not model.include_top:
+        return None
+    if name == "prefix_posemb" and model.register_tokens == 0 and not model.distillation and value == "class":
+        return "all"  # with a class token alone, "class" and "all" are one layout
+    if name == "layer_scale" and value is not None:
+        return "on"  # the gains are weights; the initial value is not part of the computation
+    if name == "layer_norm_epsilon":
+        return float(f"{value:.6g}")
+    return value
+
+
+def round_trip_problems(model, args, fmt, same=()):
+    """The model's structural arguments that `args` (its written config, read back by the format's own
+    reader) does not give back, as "name=value (timm's config reads back as other)"; `same` names arguments whose
+    difference changes none of the compared outputs for this model."""
+    config = model.get_config()
+    problems = []
+    mine, theirs = activation(config), activation({**_DEFAULTS, **args})
+    if mine != theirs:
+        problems.append(f"the {mine} activation ({fmt}'s config reads back as {theirs})")
+    if "activation" in same:
+        problems = []
+    for name in STRUCTURE:
+        if name in same or name not in args and name in ("classes",):
+            continue
+        mine = _normal(model, name, config.get(name))
+        theirs = _normal(model, name, args.get(name, _DEFAULTS.get(name)))
+        if mine != theirs:
+            said = args.get(name, _DEFAULTS.get(name))
+            label = "a pre-logits layer " if name == "representation_size" else ""
+            problems.append(f"{label}{name}={config.get(name)!r} ({fmt}'s config reads back as {said!r})")
+    return problems
+
+
+# VisionTransformer's own defaults, for arguments a reader leaves out.
+_DEFAULTS = {"representation_size": None, "pooling": None, "fc_norm": False, "approximate_gelu": True,
+             "mlp_activation": None, "distillation": False, "layer_scale": None, "register_tokens": 0,
+             "prefix_posemb": "all", "pre_norm": False, "patch_bias": True, "relative_position_bias": False,
+             "absolute_position_embeddings": True, "classifier": "token"}
 
 
 def write_folder(folder: Any, tensors: dict[str, np.ndarray], files: dict[str, dict[str, Any]], *,

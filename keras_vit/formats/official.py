@@ -28,7 +28,7 @@ from keras_vit.presets import missing_checkpoint
 if TYPE_CHECKING:
     import keras
 
-log = logging.getLogger("keras_vit")
+log = logging.getLogger(__name__)
 
 LAYOUTS = ("released", "current")
 POSEMB_KEY = "Transformer/posembed_input/pos_embedding"

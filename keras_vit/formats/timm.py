@@ -12,12 +12,12 @@ import logging
 import re
 
 from keras_vit.formats._torch import (HALF, IMAGENET_MEAN, IMAGENET_STD, LEAVES, MISSING_FEATURES, TorchTable,
-                                      class_names)
+                                      class_names, round_trip_problems)
 from keras_vit.formats._torch import unsavable as unsavable_common
 # The architecture table is the presets' (create_model builds the same names): one place for both.
 from keras_vit.presets import TIMM_ARCHITECTURES, TIMM_SIZES, timm_family, timm_model_args
 
-log = logging.getLogger("keras_vit")
+log = logging.getLogger(__name__)
 
 # model_args that change nothing at inference (dropout rates, init, dynamic input padding).
 _INERT_ARGS = {"drop_rate", "pos_drop_rate", "patch_drop_rate", "proj_drop_rate", "attn_drop_rate",
@@ -208,45 +208,133 @@ class TimmTable(TorchTable):
 # -- writing -----------------------------------------------------------------------------------
 
 def unsavable(model):
-    """What a model has that timm's ViT config cannot say."""
+    """What a model has that timm's config cannot say: the written config.json, read back by
+    `args_from_config`, must give the model's structure (each difference is named)."""
     problems = unsavable_common(model)
-    if model.representation_size is not None:
-        problems.append(f"a pre-logits layer (representation_size={model.representation_size})")
-    if model.layer_norm_epsilon != 1e-6:
-        problems.append(f"layer_norm_epsilon={model.layer_norm_epsilon:g} (timm's ViT uses 1e-6)")
-    return problems
+    if problems:
+        return problems
+    config = config_of(model)
+    try:
+        args, _ = args_from_config(config, {}, "the written config.json")
+    except ValueError as e:
+        return [str(e).rstrip(".")]
+    same = ()
+    if _family_of(model) == "plain" and model.mlp_activation is None and model.approximate_gelu:
+        same = ("activation",)  # timm's plain ViT: saved with the warning save_pretrained logs
+    return round_trip_problems(model, args, "timm", same)
+
+
+def _family_of(model):
+    """The timm family (architecture table entry) a model is written as."""
+    if model.relative_position_bias or not model.absolute_position_embeddings:
+        return "beit"
+    if model.distillation:
+        return "deit_distilled"
+    if model.pooling == "map":
+        return "siglip"
+    if model.pre_norm:
+        return "clip"
+    if model.layer_scale is not None or model.register_tokens or model.mlp_activation == "swiglu":
+        return "dinov2"
+    return "plain"
+
+
+def _size(model, allowed, default):
+    sizes = (model.hidden_size, model.num_layers, model.num_heads)
+    return next((f for f in allowed if TIMM_SIZES[f] == sizes), default)
 
 
 def _arch(model):
+    """The architecture name: the family's entrypoint (model_args give the sizes and options)."""
+    name = _family_of(model)
+    if name == "beit":
+        return f"beit_{_size(model, ('base', 'large'), 'base')}_patch16_224"
+    if name == "deit_distilled":
+        return f"deit_{_size(model, ('tiny', 'small', 'base'), 'base')}_distilled_patch16_224"
+    if name == "siglip":
+        return f"vit_{_size(model, ('base', 'large'), 'base')}_patch16_siglip_224"
+    if name == "clip":
+        quick = "quickgelu_" if model.mlp_activation == "quick_gelu" else ""
+        return f"vit_{_size(model, ('base', 'large', 'huge'), 'base')}_patch16_clip_{quick}224"
+    if name == "dinov2":
+        if model.mlp_activation == "swiglu":  # timm's packed SwiGLU comes with the giant entrypoint only
+            return "vit_giant_patch14_dinov2"
+        reg = "reg4_" if model.register_tokens else ""
+        return f"vit_{_size(model, ('small', 'base', 'large'), 'small')}_patch14_{reg}dinov2"
     sizes = (model.hidden_size, model.num_layers, model.num_heads)
-    name = next((f for f, s in TIMM_SIZES.items() if s == sizes), None)
-    if name is None:
-        name = next((f for f, (dim, _, _) in TIMM_SIZES.items() if dim == model.hidden_size), "base")
+    size = next((f for f, s in TIMM_SIZES.items() if s == sizes), None)
+    if size is None:
+        size = next((f for f, (dim, _, _) in TIMM_SIZES.items() if dim == model.hidden_size), "base")
     ph, pw = model.patch_size
     h, w = model.image_size
-    return f"vit_{name}_patch{ph}_{h}" if ph == pw and h == w else f"vit_{name}_patch16_224"
+    name = f"vit_{size}_patch{ph}_{h}"
+    # a name timm has an entrypoint for (model_args give the sizes): timm.create_model refuses others
+    return name if ph == pw and h == w and name in _TIMM_VIT_NAMES else \
+        f"vit_{size if size in ('tiny', 'small', 'base', 'large') else 'base'}_patch16_224"
+
+
+_TIMM_VIT_NAMES = {"vit_tiny_patch16_224", "vit_tiny_patch16_384", "vit_small_patch16_224", "vit_small_patch32_224",
+                   "vit_small_patch16_384", "vit_small_patch32_384", "vit_base_patch8_224", "vit_base_patch16_224",
+                   "vit_base_patch32_224", "vit_base_patch16_384", "vit_base_patch32_384", "vit_large_patch16_224",
+                   "vit_large_patch32_224", "vit_large_patch16_384", "vit_large_patch32_384"}
+
+
+def _model_args(model, name, num_classes, global_pool):
+    """timm's model_args: the sizes, and every option the family's entrypoint would set otherwise."""
+    swiglu = model.mlp_activation == "swiglu"
+    # timm sizes the MLP as int(embed_dim * mlp_ratio) (the packed SwiGLU's fc1 twice keras-vit's width):
+    # half a unit above keeps int() from truncating a ratio's round-off below the width
+    ratio = (2 * model.mlp_dim + 0.5) / model.hidden_size if swiglu else model.mlp_dim / model.hidden_size
+    args = dict(num_classes=num_classes, img_size=list(model.image_size), patch_size=model.patch_size[0],
+                embed_dim=model.hidden_size, depth=model.num_layers, num_heads=model.num_heads, mlp_ratio=ratio)
+    if name == "beit":  # timm's Beit takes none of VisionTransformer's token and norm options
+        args.update(global_pool=global_pool, qkv_bias=True, init_values=model.layer_scale,
+                    use_abs_pos_emb=model.absolute_position_embeddings,
+                    use_rel_pos_bias=model.relative_position_bias)
+        return args
+    args.update(class_token=model.classifier == "token", global_pool=global_pool, fc_norm=model.fc_norm,
+                qkv_bias=True)
+    if name == "plain":
+        return args
+    if model.layer_scale is not None:
+        args["init_values"] = model.layer_scale
+    if model.register_tokens:
+        args["reg_tokens"] = model.register_tokens
+    if model.register_tokens or model.prefix_posemb == "none" or name == "dinov2":
+        args["no_embed_class"] = model.prefix_posemb == "none"
+    if model.pre_norm or name == "clip":
+        args["pre_norm"] = model.pre_norm
+    if not swiglu and name != "clip":
+        act = model.mlp_activation or ("gelu_tanh" if model.approximate_gelu else None)
+        if act:
+            args["act_layer"] = act
+    if model.dynamic_image_size:
+        args["dynamic_img_size"] = True
+    return args
 
 
 def config_of(model):
     """timm's config.json of a model (architecture, model_args, pretrained_cfg)."""
-    global_pool = "avg" if model.classifier == "gap" or model.pooling in ("gap", "avg") else "token"
+    if model.pooling == "map":
+        global_pool = "map"
+    elif model.classifier == "gap" or model.pooling in ("gap", "avg"):
+        global_pool = "avg"
+    else:
+        global_pool = "token"
     num_classes = int(model.classes) if model.include_top else 0
-    args = dict(num_classes=num_classes, img_size=list(model.image_size), patch_size=model.patch_size[0],
-                embed_dim=model.hidden_size, depth=model.num_layers, num_heads=model.num_heads,
-                mlp_ratio=model.mlp_dim / model.hidden_size, class_token=model.classifier == "token",
-                global_pool=global_pool, fc_norm=model.fc_norm, qkv_bias=True)
+    name = _family_of(model)
     config = {
         "architecture": _arch(model),
         "num_classes": num_classes,
         "num_features": model.hidden_size,
         "global_pool": global_pool,
-        "model_args": args,
+        "model_args": _model_args(model, name, num_classes, global_pool),
         "pretrained_cfg": {
-            "input_size": [3, *model.image_size], "fixed_input_size": True,
+            "input_size": [3, *model.image_size], "fixed_input_size": not model.dynamic_image_size,
             "interpolation": model.interpolation, "crop_pct": model.crop_pct, "crop_mode": "center",
             "mean": list(model.pixel_mean), "std": list(model.pixel_std),
             "num_classes": num_classes, "pool_size": None, "first_conv": "patch_embed.proj",
-            "classifier": "head",
+            "classifier": ["head", "head_dist"] if model.distillation else "head",
         },
     }
     if model.include_top and model.class_names:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import re
 
-from keras_vit.formats._torch import HALF, LEAVES, MISSING_FEATURES, TorchTable, class_names
+import numpy as np
+
+from keras_vit.formats._torch import HALF, LEAVES, MISSING_FEATURES, TorchTable, class_names, round_trip_problems
 from keras_vit.formats._torch import unsavable as unsavable_common
 
 TRANSFORMERS_ARCHITECTURES = ("ViTForImageClassification", "ViTModel", "DeiTModel",
@@ -234,6 +236,8 @@ class TransformersTable(TorchTable):
         report["dropped"].extend(self.skipped)
         return report
 
+    relative_method = "transformers"  # BeitRelativePositionBias: bilinear, at every other size
+
     def no_key_bias(self, path):  # BEiT's key projection has no bias
         return self.naming == "beit" and path.endswith("/key/bias")
 
@@ -280,51 +284,170 @@ class TransformersTable(TorchTable):
 
 # -- writing -----------------------------------------------------------------------------------
 
-def unsavable(model):
-    """What a model has that transformers' ViTModel / ViTForImageClassification config cannot say."""
-    problems = unsavable_common(model)
+# family -> (model_type, architecture without a head, with one, key prefix of the backbone with a head,
+# without one, image processor), as transformers' save_pretrained writes them
+_WRITTEN = {
+    "vit": ("vit", "ViTModel", "ViTForImageClassification", "vit.", "", "ViTImageProcessor"),
+    "deit": ("deit", "DeiTModel", "DeiTForImageClassificationWithTeacher", "deit.", "", "DeiTImageProcessor"),
+    "dinov2": ("dinov2", "Dinov2Model", None, None, "", "BitImageProcessor"),
+    "dinov2_with_registers": ("dinov2_with_registers", "Dinov2WithRegistersModel", None, None, "",
+                              "BitImageProcessor"),
+    "clip": ("clip_vision_model", "CLIPVisionModel", "CLIPVisionModelWithProjection", "vision_model.", "",
+             "CLIPImageProcessor"),
+    "siglip": ("siglip_vision_model", "SiglipVisionModel", None, None, "", "SiglipImageProcessor"),
+    "beit": ("beit", "BeitModel", "BeitForImageClassification", "beit.", "", "BeitImageProcessor"),
+}
+
+
+def _family_of(model):
+    if model.relative_position_bias or not model.absolute_position_embeddings:
+        return "beit"
     if model.distillation:
-        problems.append("a distillation token (writing DeiT's transformers format is not implemented yet)")
-    if model.classifier != "token" or model.pooling not in (None, "token"):
-        problems.append("pooling other than the class token")
-    if model.fc_norm:
-        problems.append("fc_norm")
-    if model.representation_size is not None and model.include_top:
-        problems.append("a pre-logits layer under a head")
-    if model.image_size[0] != model.image_size[1] or model.patch_size[0] != model.patch_size[1]:
-        problems.append("non-square images or patches")
-    return problems
+        return "deit"
+    if model.pooling == "map" or model.classifier == "gap":
+        return "siglip"
+    if model.pre_norm:
+        return "clip"
+    if model.layer_scale is not None or model.register_tokens or model.mlp_activation == "swiglu":
+        return "dinov2_with_registers" if model.register_tokens else "dinov2"
+    return "vit"
+
+
+def _naming(family, model):
+    if family in ("clip", "siglip"):
+        return "clip"
+    if family.startswith("dinov2"):
+        return "dinov2_swiglu" if model.mlp_activation == "swiglu" else "dinov2"
+    return "beit" if family == "beit" else "vit"
+
+
+class _Writer(TransformersTable):
+    """The name table, writing: CLIP's unbiased projection, its vector class embedding and its
+    position table without a batch axis."""
+
+    def unwritten(self, variable):
+        return super().unwritten(variable) or (self.clip and variable.path == "head/bias")
+
+    def to_source(self, variable, key):
+        value = super().to_source(variable, key)
+        if key in ("embeddings.class_embedding", "embeddings.position_embedding.weight"):
+            return value.reshape(value.shape[1:]) if key.endswith("weight") else value.reshape(-1)
+        return value
+
+
+def _hidden_act(model):
+    act = model.mlp_activation or ("gelu_tanh" if model.approximate_gelu else "gelu")
+    # Dinov2SwiGLUFFN gates with SiLU whatever hidden_act says; its configs keep "gelu"
+    return {"gelu_tanh": "gelu_pytorch_tanh", "swiglu": "gelu"}.get(act, act)
+
+
+def _dinov2_ratio(model):
+    """transformers' mlp_ratio for a DINOv2 MLP of keras-vit's width: an integer (Dinov2Config checks it),
+    D * r wide, or for SwiGLU the r whose Dinov2SwiGLUFFN width, (int(int(D * r) * 2 / 3) + 7) // 8 * 8,
+    is it; where none is, the nearest, which the read-back check then refuses naming mlp_dim."""
+    hidden, width = model.hidden_size, model.mlp_dim
+    if model.mlp_activation != "swiglu":
+        return max(1, round(width / hidden))
+    for r in range(1, 33):
+        if (int(int(hidden * r) * 2 / 3) + 7) // 8 * 8 == width:
+            return r
+    return 4
 
 
 def config_of(model):
-    """transformers' config.json of a model (ViTForImageClassification, or ViTModel without a head)."""
+    """transformers' config.json of a model, in its family's model_type (ViT, DeiT, DINOv2, CLIP's and
+    SigLIP's vision towers, BEiT), a task model where it has a head."""
+    family = _family_of(model)
+    model_type, bare, task = _WRITTEN[family][:3]
+    top = model.include_top and task is not None
     config = {
-        "architectures": ["ViTForImageClassification" if model.include_top else "ViTModel"],
-        "model_type": "vit", "hidden_size": model.hidden_size, "num_hidden_layers": model.num_layers,
-        "num_attention_heads": model.num_heads, "intermediate_size": model.mlp_dim,
-        "hidden_act": "gelu_pytorch_tanh" if model.approximate_gelu else "gelu",
+        "architectures": [task if top else bare], "model_type": model_type, "hidden_size": model.hidden_size,
+        "num_hidden_layers": model.num_layers, "num_attention_heads": model.num_heads,
+        "intermediate_size": model.mlp_dim, "hidden_act": _hidden_act(model),
         "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "initializer_range": 0.02,
         "layer_norm_eps": model.layer_norm_epsilon, "image_size": model.image_size[0],
-        "patch_size": model.patch_size[0], "num_channels": 3, "qkv_bias": True,
-        "encoder_stride": model.patch_size[0], "pooler_act": "tanh",
-        "pooler_output_size": model.representation_size or model.hidden_size, "dtype": "float32",
+        "patch_size": model.patch_size[0], "num_channels": 3, "qkv_bias": True, "dtype": "float32",
     }
-    if model.include_top:
+    if family == "vit":  # as before: ViT's config unchanged
+        config["hidden_act"] = "gelu_pytorch_tanh" if model.approximate_gelu else "gelu"
+    if family in ("vit", "deit"):
+        config.update(encoder_stride=model.patch_size[0], pooler_act="tanh",
+                      pooler_output_size=model.representation_size or model.hidden_size)
+    elif family.startswith("dinov2"):
+        del config["intermediate_size"]
+        config.update(mlp_ratio=_dinov2_ratio(model), layerscale_value=model.layer_scale or 1.0,
+                      use_swiglu_ffn=model.mlp_activation == "swiglu", drop_path_rate=0.0, apply_layernorm=True,
+                      use_mask_token=True)
+        if model.register_tokens:
+            config["num_register_tokens"] = model.register_tokens
+    elif family in ("clip", "siglip"):
+        for key in ("hidden_dropout_prob", "attention_probs_dropout_prob", "qkv_bias"):
+            del config[key]
+        config["attention_dropout"] = 0.0
+        if family == "clip" and top:
+            config["projection_dim"] = int(model.classes)
+        if family == "siglip":
+            config["vision_use_head"] = model.pooling == "map"
+    elif family == "beit":
+        config.update(use_relative_position_bias=model.relative_position_bias,
+                      use_absolute_position_embeddings=model.absolute_position_embeddings,
+                      use_shared_relative_position_bias=False, use_mask_token=False,
+                      layer_scale_init_value=model.layer_scale if model.layer_scale is not None else 0.0,
+                      use_mean_pooling=model.pooling == "gap", drop_path_rate=0.0)
+    if top and family in ("vit", "deit", "beit"):
         names = model.class_names or [f"LABEL_{i}" for i in range(int(model.classes))]
         config["id2label"] = {str(i): n for i, n in enumerate(names)}
         config["label2id"] = {n: i for i, n in enumerate(names)}
     return config
 
 
+def unsavable(model):
+    """What a model has that transformers' config cannot say: the written config.json and keys, read
+    back by `args_from_config`, must give the model's structure (each difference is named)."""
+    problems = unsavable_common(model)
+    if problems:
+        return problems
+    if model.image_size[0] != model.image_size[1] or model.patch_size[0] != model.patch_size[1]:
+        return ["non-square images or patches"]
+    family = _family_of(model)
+    if model.include_top and _WRITTEN[family][2] is None:
+        return [f"a classification head ({_WRITTEN[family][1]} has none)"]
+    try:
+        tensors = state_dict(model)
+    except ValueError as e:
+        return [str(e).split(": it has ", 1)[-1].rstrip(".")]
+    files = files_of(model)
+    try:
+        args, _ = args_from_config(files["config.json"], strip_prefix(tensors), "the written config.json",
+                                   files["preprocessor_config.json"])
+    except ValueError as e:
+        return [str(e).rstrip(".")]
+    # CLIP's post_layernorm on the class token alone is the final norm on every token, then the class token
+    same = ("fc_norm",) if family == "clip" and model.pooling is None else ()
+    return round_trip_problems(model, args, "transformers", same)
+
+
 def files_of(model):
     """The JSON files of transformers' hub folder ({name: content}) beside model.safetensors."""
-    pre = {"image_processor_type": "ViTImageProcessor", "do_resize": True, "do_rescale": True,
+    family = _family_of(model)
+    h, w = model.image_size
+    pre = {"image_processor_type": _WRITTEN[family][5], "do_resize": True, "do_rescale": True,
            "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": list(model.pixel_mean),
            "image_std": list(model.pixel_std), "resample": 3 if model.interpolation == "bicubic" else 2,
-           "size": {"height": model.image_size[0], "width": model.image_size[1]}}
+           "size": {"height": h, "width": w}}
+    if family != "vit" and model.crop_pct < 1:  # resize the short side, then crop the model's size
+        pre.update(size={"shortest_edge": round(h / model.crop_pct)}, do_center_crop=True,
+                   crop_size={"height": h, "width": w})
     return {"config.json": config_of(model), "preprocessor_config.json": pre}
 
 
 def state_dict(model):
-    """The model's weights under transformers' names (the backbone under 'vit.' when it has a head)."""
-    return TransformersTable(model).state_dict(model, prefix="vit." if model.include_top else "")
+    """The model's weights under transformers' names (the backbone under its task model's prefix
+    when it has a head; DINOv2's unused mask token as zeros, as its model holds one)."""
+    family = _family_of(model)
+    top = model.include_top and _WRITTEN[family][2] is not None
+    tensors = _Writer(model, _naming(family, model)).state_dict(
+        model, prefix=_WRITTEN[family][3] if top else _WRITTEN[family][4])
+    if family.startswith("dinov2"):
+        tensors["embeddings.mask_token"] = np.zeros((1, model.hidden_size), np.float32)
+    return tensors
