@@ -269,8 +269,8 @@ def _arch(model):
     h, w = model.image_size
     name = f"vit_{size}_patch{ph}_{h}"
     # a name timm has an entrypoint for (model_args give the sizes): timm.create_model refuses others
-    return name if ph == pw and h == w and name in _TIMM_VIT_NAMES else \
-        f"vit_{size if size in ('tiny', 'small', 'base', 'large') else 'base'}_patch16_224"
+    return (name if ph == pw and h == w and name in _TIMM_VIT_NAMES
+            else f"vit_{size if size in ('tiny', 'small', 'base', 'large') else 'base'}_patch16_224")
 
 
 _TIMM_VIT_NAMES = {"vit_tiny_patch16_224", "vit_tiny_patch16_384", "vit_small_patch16_224", "vit_small_patch32_224",
