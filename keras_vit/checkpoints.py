@@ -17,19 +17,30 @@ import zipfile
 
 from keras_vit._common import refuse_unknown_keywords
 from keras_vit._files import atomic_path
+from keras_vit.config import ViTConfig
+
 # The official format's names, re-exported where callers have always found them.
 from keras_vit.formats._assign import check_channels, describe_changes  # noqa: F401
 from keras_vit.formats._torch import PICKLE_SUFFIXES, refuse_pickle
-from keras_vit.formats.official import (LAYOUTS, POSEMB_KEY, from_official_config, load_archive,  # noqa: F401
-                                        load_official_npz, official_key, open_checkpoint, read_npz_index,
-                                        save_official_npz)
-from keras_vit.config import ViTConfig
+from keras_vit.formats.official import (  # noqa: F401
+    LAYOUTS,
+    POSEMB_KEY,
+    from_official_config,
+    load_archive,
+    load_official_npz,
+    official_key,
+    open_checkpoint,
+    read_npz_index,
+    save_official_npz,
+)
 from keras_vit.models import VisionTransformer
+
 # copy_weights lives with the resampling it needs; checkpoints re-exports it.
-from keras_vit.posemb import copy_weights  # noqa: F401
-from keras_vit.posemb import stored_grid
-from keras_vit.presets import (DEFAULT_WEIGHTS_URL, NAMED_WEIGHTS, PRESETS, WEIGHTS_URL_ENV, missing_checkpoint,
-                               weights_url)
+from keras_vit.posemb import (
+    copy_weights,  # noqa: F401
+    stored_grid,
+)
+from keras_vit.presets import DEFAULT_WEIGHTS_URL, NAMED_WEIGHTS, PRESETS, WEIGHTS_URL_ENV, missing_checkpoint, weights_url
 
 log = logging.getLogger(__name__)
 

@@ -36,8 +36,7 @@ import tensorflow as tf
 from keras_vit._optional import require
 from keras_vit.applications import IMAGE_EXTENSIONS, load_image, resize_images, scale_pixels, to_pixels, to_rgb
 from keras_vit.augment import check_rand_augment, rand_augment
-from keras_vit.images import (DECODE_PILLOW, decode, decode_eager, inspect_many, is_image_name, list_images,
-                              model_view)
+from keras_vit.images import DECODE_PILLOW, decode, decode_eager, inspect_many, is_image_name, list_images, model_view
 
 if TYPE_CHECKING:
     from keras_vit.images import ImageInfo

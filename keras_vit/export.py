@@ -33,12 +33,11 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from keras_vit._files import EXPORT_FORMATS, atomic_path, export_format
 from keras_vit._common import refuse_unknown_keywords, to_pair
+from keras_vit._files import EXPORT_FORMATS, atomic_path, export_format
 from keras_vit.applications import preprocess_input, resize_images
-from keras_vit.loading import load_model
 from keras_vit.data import load_image_set  # noqa: F401 (public here too)
-from keras_vit.tflite_metadata import add_metadata, output_tensor_names
+from keras_vit.loading import load_model
 from keras_vit.serving import (  # noqa: F401 (public here too)
     FEATURES,
     INPUT_NAME,
@@ -57,6 +56,7 @@ from keras_vit.serving import (  # noqa: F401 (public here too)
     signature_name,
     tflite_classifier,
 )
+from keras_vit.tflite_metadata import add_metadata, output_tensor_names
 
 if TYPE_CHECKING:
     import keras

@@ -13,10 +13,10 @@ from typing import Any, Sequence
 import keras
 from keras import ops
 
+from keras_vit import interpolation
 from keras_vit._common import Shape, Tensor, check_layer_keywords
 from keras_vit._common import register as _register
 from keras_vit._common import to_pair as _pair
-from keras_vit import interpolation
 
 if keras.backend.backend() == "tensorflow":
     import tensorflow as _TF

@@ -20,15 +20,23 @@ from typing import TYPE_CHECKING, Any
 
 from keras_vit._common import check_keywords, refuse_unknown_keywords
 from keras_vit._files import atomic_path
+from keras_vit.checkpoints import convert_checkpoint
 from keras_vit.formats import official, timm, transformers
 from keras_vit.formats._assign import ArraySource, load_into
-from keras_vit.formats._torch import (HALF, IMAGENET_MEAN, IMAGENET_STD, MISSING_FEATURES,  # noqa: F401
-                                      PICKLE_SUFFIXES, read_json, read_tensors, refuse_pickle, require_safetensors,
-                                      write_folder)
+from keras_vit.formats._torch import (  # noqa: F401
+    HALF,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    MISSING_FEATURES,
+    PICKLE_SUFFIXES,
+    read_json,
+    read_tensors,
+    refuse_pickle,
+    require_safetensors,
+    write_folder,
+)
 from keras_vit.formats.timm import TIMM_ARCHITECTURES, TIMM_RESAMPLE, TIMM_SIZES  # noqa: F401
-from keras_vit.formats.transformers import (TRANSFORMERS_ARCHITECTURES, TRANSFORMERS_MODEL_TYPES,  # noqa: F401
-                                            TRANSFORMERS_RESAMPLE)
-from keras_vit.checkpoints import convert_checkpoint
+from keras_vit.formats.transformers import TRANSFORMERS_ARCHITECTURES, TRANSFORMERS_MODEL_TYPES, TRANSFORMERS_RESAMPLE  # noqa: F401
 from keras_vit.presets import missing_checkpoint
 
 if TYPE_CHECKING:

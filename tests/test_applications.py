@@ -12,9 +12,9 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import DATA, ROOT, randomize, tiny_vit
 
 import keras_vit
-from conftest import DATA, ROOT, randomize, tiny_vit
 
 pytestmark = pytest.mark.backends
 

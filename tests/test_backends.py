@@ -16,7 +16,6 @@ import time
 
 import numpy as np
 import pytest
-
 from conftest import ROOT
 
 OTHER_BACKENDS = [b for b in ("jax", "torch") if importlib.util.find_spec(b)]

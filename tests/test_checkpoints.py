@@ -6,13 +6,19 @@ import subprocess
 import sys
 
 import numpy as np
-from keras.ops import convert_to_numpy as to_numpy
 import pytest
+from conftest import DATA, ROOT, randomize, tiny_vit
+from keras.ops import convert_to_numpy as to_numpy
 
 import keras_vit
-from conftest import DATA, ROOT, randomize, tiny_vit
-from keras_vit.checkpoints import (from_official_config, load_official_npz, load_weights, official_key,
-                                   resolve_weights, save_official_npz)
+from keras_vit.checkpoints import (
+    from_official_config,
+    load_official_npz,
+    load_weights,
+    official_key,
+    resolve_weights,
+    save_official_npz,
+)
 from keras_vit.presets import PRESETS
 
 pytestmark = pytest.mark.backends

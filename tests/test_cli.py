@@ -11,7 +11,6 @@ import sys
 import time
 
 import pytest
-
 from conftest import ROOT
 
 DIGITS_MODEL = ROOT / "saved_models" / "vit_digits" / "model.keras"

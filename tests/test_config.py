@@ -5,9 +5,9 @@ import json
 import zipfile
 
 import pytest
+from conftest import ROOT
 
 import keras_vit
-from conftest import ROOT
 from keras_vit.config import ViTConfig
 
 TINY = dict(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64, classes=10)

@@ -20,9 +20,9 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import randomize
 
 import keras_vit
-from conftest import randomize
 from keras_vit.checkpoints import resolve_weights, save_official_npz
 from keras_vit.presets import PRESETS
 

@@ -23,10 +23,10 @@ import json
 import keras
 import numpy as np
 import pytest
+from conftest import DATA
 from keras.ops import convert_to_numpy as to_numpy
 
 import keras_vit
-from conftest import DATA
 
 pytestmark = pytest.mark.backends
 

@@ -4,8 +4,8 @@ import tarfile
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from conftest import SHARED
+
 from keras_vit import data
 
 CIFAR_TGZ = SHARED / "data" / "cifar10-jpeg.tgz"
@@ -184,8 +184,9 @@ def test_cifar10_tgz_reads_fully():
 
 def test_image_sets_from_data_pipelines(tmp_path):
     """load_image_set: the samples and calibration images of an export (export re-exports it)."""
-    from keras_vit.export import load_image_set as exported
     from test_export import DIGITS, _digits, _write_image
+
+    from keras_vit.export import load_image_set as exported
 
     assert exported is data.load_image_set
     load_image_set = data.load_image_set

@@ -5,8 +5,8 @@ import json
 import keras
 import numpy as np
 import pytest
-
 from conftest import ROOT, SHARED, randomize, tiny_cifar_folder, tiny_vit
+
 from keras_vit import distill, training
 
 IMAGES = np.random.default_rng(0).uniform(-1, 1, (4, 32, 32, 3)).astype("float32")
@@ -82,7 +82,6 @@ def test_export_graph_serves_the_averaged_logits():
 
 def test_tflite_export_outputs_the_averaged_logits(tmp_path):
     from keras_vit.export import export_model
-
     from keras_vit.serving import load_classifier
 
     model = _distilled()

@@ -14,9 +14,9 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import DATA, ROOT, SHARED, randomize, tiny_vit
 
 import keras_vit
-from conftest import DATA, ROOT, SHARED, randomize, tiny_vit
 import keras_vit.data
 from keras_vit.applications import resize_images
 from keras_vit.cli import main

@@ -9,9 +9,9 @@ import zipfile
 
 import numpy as np
 import pytest
+from conftest import DATA, randomize
 
 import keras_vit
-from conftest import DATA, randomize
 from keras_vit import checkpoints, pretrained
 from keras_vit.formats import official, timm, transformers
 

@@ -7,11 +7,11 @@ import json
 
 import keras
 import numpy as np
-from keras.ops import convert_to_numpy as to_numpy
 import pytest
+from conftest import BACKEND, DATA
+from keras.ops import convert_to_numpy as to_numpy
 
 import keras_vit
-from conftest import BACKEND, DATA
 from keras_vit import interpolation
 from keras_vit.posemb import resample_position_embeddings
 

@@ -1,11 +1,11 @@
 import keras
 import numpy as np
-from keras.ops import convert_to_numpy as to_numpy
 import pytest
+from conftest import gradients, randomize, tensorflow_only, tiny_vit
+from keras.ops import convert_to_numpy as to_numpy
 
 import keras_vit
-from conftest import gradients, randomize, tensorflow_only, tiny_vit
-from keras_vit.layers import DropPath, Patches, PatchEncoder, TransformerBlock
+from keras_vit.layers import DropPath, PatchEncoder, Patches, TransformerBlock
 
 pytestmark = pytest.mark.backends
 

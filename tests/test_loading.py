@@ -9,8 +9,8 @@ import pytest
 from conftest import ROOT
 
 import keras_vit
-from keras_vit.checkpoints import load_keras_model
 from keras_vit._files import is_hub_name
+from keras_vit.checkpoints import load_keras_model
 from keras_vit.loading import load_model
 
 DATA = ROOT / "tests" / "data"

@@ -6,8 +6,8 @@ import os
 import keras
 import numpy as np
 import pytest
-
 from conftest import ROOT, tiny_cifar_folder, tiny_vit
+
 from keras_vit import masked, training
 
 

@@ -3,12 +3,11 @@ import sys
 
 import keras
 import numpy as np
-from keras.ops import convert_to_numpy as to_numpy
 import pytest
+from conftest import ROOT, randomize, tiny_vit
+from keras.ops import convert_to_numpy as to_numpy
 
 import keras_vit
-from conftest import ROOT, randomize, tiny_vit
-
 from keras_vit.presets import PRESETS
 
 pytestmark = pytest.mark.backends

@@ -9,7 +9,6 @@ import warnings
 
 import numpy as np
 import pytest
-
 from conftest import ROOT
 
 
@@ -134,8 +133,9 @@ def test_help_and_version_do_not_import_tensorflow():
 
 
 def test_lazy_exports_and_registration_for_load_model_in_either_import_order(tmp_path):
-    import keras_vit
     from conftest import tiny_vit
+
+    import keras_vit
 
     path = tmp_path / "tiny.keras"
     tiny_vit().save(path)
@@ -195,9 +195,9 @@ def test_cli_reports_a_download_failure_in_one_line(tmp_path):
 # --- finding 2: tfds in a fresh venv, and offline ---------------------------------------------
 
 def test_tfds_imports_and_fails_fast_and_clearly_offline(tmp_path, monkeypatch):
-    from keras_vit import data
-
     import tensorflow_datasets  # noqa: F401  (needs importlib_resources, which tfds does not declare)
+
+    from keras_vit import data
 
     monkeypatch.setattr(data, "TFDS_HOST", ("127.0.0.1", 9))  # as offline: nothing answers
     start = time.time()
@@ -262,8 +262,9 @@ def test_a_compiled_model_loads_compiled(tmp_path):
 def test_loader_reports_a_complete_load_without_nothing_lists(tmp_path, caplog):
     import logging
 
-    import keras_vit
     from conftest import randomize, tiny_vit
+
+    import keras_vit
 
     path = keras_vit.save_official_npz(randomize(tiny_vit()), tmp_path / "tiny.npz")
     caplog.set_level(logging.INFO, logger="keras_vit")

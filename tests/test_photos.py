@@ -19,8 +19,8 @@ import zlib
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from conftest import ROOT, randomize, tiny_vit
+
 from keras_vit import data, images, report
 
 Image = pytest.importorskip("PIL.Image", reason="Pillow writes the test photos (pip install -e '.[test]')")

@@ -13,9 +13,9 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import DATA, ROOT, randomize, tiny_vit
 
 import keras_vit
-from conftest import DATA, ROOT, randomize, tiny_vit
 from keras_vit.export import export_model, load_classifier, metadata_path
 from keras_vit.serving import ServingGraph
 

@@ -1,7 +1,7 @@
 import numpy as np
-from keras.ops import convert_to_numpy as to_numpy
 import pytest
 import scipy.ndimage
+from keras.ops import convert_to_numpy as to_numpy
 
 import keras_vit
 from keras_vit.posemb import resample_position_embeddings

@@ -8,13 +8,11 @@ import subprocess
 import sys
 
 import pytest
-
-import keras_vit
 from conftest import ROOT
 
+import keras_vit
 from keras_vit.formats import timm
-from keras_vit.presets import (PRESETS, TIMM_PRESETS, canonical_variant, did_you_mean, timm_family, timm_model_args,
-                               timm_presets)
+from keras_vit.presets import PRESETS, TIMM_PRESETS, canonical_variant, did_you_mean, timm_family, timm_model_args, timm_presets
 
 COUNTS = json.loads((ROOT / "tests" / "data" / "timm_presets" / "counts.json").read_text())
 

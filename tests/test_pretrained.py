@@ -7,9 +7,9 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import DATA, randomize, tiny_vit
 
 import keras_vit
-from conftest import DATA, randomize, tiny_vit
 from keras_vit.pretrained import convert, detect_format, from_pretrained, load_pretrained, save_pretrained
 
 st = pytest.importorskip("safetensors.numpy", reason="the hub formats need safetensors (the `hub` extra)")

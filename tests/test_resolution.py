@@ -6,12 +6,12 @@ import sys
 
 import keras
 import numpy as np
-from keras.ops import convert_to_numpy as to_numpy
 import pytest
 import tensorflow as tf
+from conftest import DATA, ROOT, randomize, tiny_vit
+from keras.ops import convert_to_numpy as to_numpy
 
 import keras_vit
-from conftest import DATA, ROOT, randomize, tiny_vit
 from keras_vit import interpolation
 from keras_vit.checkpoints import from_official_config, load_official_npz, save_official_npz
 from keras_vit.posemb import copy_weights, resample_patch_embedding, with_patch_size

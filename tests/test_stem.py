@@ -1,5 +1,5 @@
-import numpy as np
 import keras
+import numpy as np
 import pytest
 from keras.ops import convert_to_numpy as to_numpy
 
@@ -75,8 +75,9 @@ def test_the_small_images_root_keeps_the_resolution():
 
 def test_a_small_root_hybrid_round_trips_through_an_official_npz(tmp_path):
     """The sizes read off the .npz's shapes find the small root and a width factor below 1."""
-    import keras_vit
     from conftest import randomize
+
+    import keras_vit
 
     model = randomize(keras_vit.VisionTransformer(
         image_size=32, patch_size=1, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64, classes=3,

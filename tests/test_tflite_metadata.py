@@ -8,9 +8,9 @@ import zipfile
 
 import numpy as np
 import pytest
+from conftest import DATA, ROOT, randomize, tiny_vit
 
 import keras_vit
-from conftest import DATA, ROOT, randomize, tiny_vit
 from keras_vit.export import export_model, load_classifier, metadata_path
 from keras_vit.tflite_metadata import LABELS_FILE, read_metadata
 

@@ -10,8 +10,8 @@ import time
 import keras
 import numpy as np
 import pytest
-
 from conftest import DATA, ROOT
+
 from keras_vit import training
 
 DIGITS = str(ROOT / "recipes" / "digits.py")
@@ -289,8 +289,9 @@ def test_digits_recipe_reaches_94_percent(tmp_path):
 
 def test_finetune_recipe_from_an_official_checkpoint_at_a_higher_resolution(tmp_path):
     """The paper's fine-tuning path end to end, at toy scale: official .npz at 32px -> a 48px model."""
-    import keras_vit
     from conftest import randomize
+
+    import keras_vit
 
     source = randomize(keras_vit.ViTTi16(input_shape=(32, 32, 3), classes=21, classifier_activation=None,
                                          representation_size=192))

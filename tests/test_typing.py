@@ -11,7 +11,6 @@ import sys
 import time
 
 import pytest
-
 from conftest import ROOT
 from public_api import example_section, public_api, public_methods
 

@@ -7,8 +7,8 @@ import os
 
 import numpy as np
 import pytest
-
 from conftest import DATA, ROOT, randomize, tiny_vit
+
 from keras_vit import visualize as viz
 
 pytestmark = pytest.mark.backends

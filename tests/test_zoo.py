@@ -11,10 +11,10 @@ import sys
 
 import numpy as np
 import pytest
-
-import keras_vit
 from conftest import BACKEND, DATA, ROOT
 from keras.ops import convert_to_numpy as to_numpy
+
+import keras_vit
 
 pytest.importorskip("safetensors.numpy", reason="the hub formats need safetensors (the `hub` extra)")
 

@@ -11,7 +11,6 @@ import struct
 
 import numpy as np
 import pytest
-
 from conftest import DATA, SHARED
 
 ZOO = DATA / "zoo"

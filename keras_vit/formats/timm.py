@@ -11,9 +11,18 @@ from __future__ import annotations
 import logging
 import re
 
-from keras_vit.formats._torch import (HALF, IMAGENET_MEAN, IMAGENET_STD, LEAVES, MISSING_FEATURES, TorchTable,
-                                      class_names, round_trip_problems)
+from keras_vit.formats._torch import (
+    HALF,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    LEAVES,
+    MISSING_FEATURES,
+    TorchTable,
+    class_names,
+    round_trip_problems,
+)
 from keras_vit.formats._torch import unsavable as unsavable_common
+
 # The architecture table is the presets' (create_model builds the same names): one place for both.
 from keras_vit.presets import TIMM_ARCHITECTURES, TIMM_SIZES, timm_family, timm_model_args
 

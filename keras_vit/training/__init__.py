@@ -16,15 +16,42 @@ distributions, precision), `optimizers` (AdamW / SGD and the warm-up schedule), 
 """
 
 from keras_vit.training.config import (
-    ALIASES, DEFAULTS, MODEL_KEYS, RECIPES_DIR, SECTIONS, apply_overrides, find_recipe, hub_checkpoint, load_recipe,
-    resolve_config, shipped_recipes)
+    ALIASES,
+    DEFAULTS,
+    MODEL_KEYS,
+    RECIPES_DIR,
+    SECTIONS,
+    apply_overrides,
+    find_recipe,
+    hub_checkpoint,
+    load_recipe,
+    resolve_config,
+    shipped_recipes,
+)
 from keras_vit.training.distribution import (
-    BF16_CPU_FLAGS, PRECISIONS, KerasDistribution, cluster_task, cpu_flags, get_distribution, get_strategy,
-    resolve_precision, strategy_name)
+    BF16_CPU_FLAGS,
+    PRECISIONS,
+    KerasDistribution,
+    cluster_task,
+    cpu_flags,
+    get_distribution,
+    get_strategy,
+    resolve_precision,
+    strategy_name,
+)
 from keras_vit.training.keras_patches import TESTED_KERAS, apply_multi_worker_fix, check_keras_version
 from keras_vit.training.loop import (
-    TRAINING_MODEL_KEYS, BestModelCheckpoint, EpochCounter, build_model, compile_for_training, eval_view, model_input,
-    prepare_data, train, wrap_for_training)
+    TRAINING_MODEL_KEYS,
+    BestModelCheckpoint,
+    EpochCounter,
+    build_model,
+    compile_for_training,
+    eval_view,
+    model_input,
+    prepare_data,
+    train,
+    wrap_for_training,
+)
 from keras_vit.training.optimizers import NO_DECAY, WarmupSchedule, build_optimizer
 
 __all__ = [

@@ -11,6 +11,7 @@ import os
 import keras
 import tensorflow as tf
 
+
 def _tf_config():
     try:
         return json.loads(os.environ.get("TF_CONFIG", "{}") or "{}")

@@ -25,7 +25,13 @@ from keras_vit._files import atomic_path
 from keras_vit.augment import check_rand_augment
 from keras_vit.training.config import DEFAULTS, hub_checkpoint
 from keras_vit.training.distribution import (
-    KerasDistribution, cluster_task, get_distribution, get_strategy, resolve_precision, strategy_name)
+    KerasDistribution,
+    cluster_task,
+    get_distribution,
+    get_strategy,
+    resolve_precision,
+    strategy_name,
+)
 from keras_vit.training.keras_patches import apply_multi_worker_fix
 from keras_vit.training.optimizers import build_optimizer
 

@@ -7,6 +7,7 @@ import math
 
 import keras
 
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """Linear warm-up from 0 to `peak`, then "cosine", "linear" or "constant" down to `end`."""

@@ -81,7 +81,9 @@ def main():
             for n_out in range(1, 13):
                 arrays[f"matrix_{name}_{n_in}_{n_out}"] = matrix(n_in, n_out, aa)
     from transformers.models.dinov2_with_registers.modeling_dinov2_with_registers import (
-        Dinov2WithRegistersConfig, Dinov2WithRegistersEmbeddings)
+        Dinov2WithRegistersConfig,
+        Dinov2WithRegistersEmbeddings,
+    )
     from transformers.models.vit.modeling_vit import ViTConfig, ViTEmbeddings
 
     for k, (old, new) in enumerate(CASES):
