@@ -172,3 +172,18 @@ def test_docs_table_lists_every_family_preset_with_timms_count():
         assert row is not None, f"docs/models.md has no row for {arch}"
         count = COUNTS["counts"][arch]["1000"]
         assert f"{count:,}" in row, (arch, row)
+
+
+@pytest.mark.parametrize("arch, mean, std", [
+    ("vit_small_patch14_dinov2", (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+    ("deit_tiny_distilled_patch16_224", (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+    ("vit_base_patch16_clip_224", timm.OPENAI_CLIP_MEAN, timm.OPENAI_CLIP_STD),
+    ("vit_base_patch16_siglip_224", (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),
+    ("beit_base_patch16_224", (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),
+    ("vit_base_patch16_224", (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),
+])
+def test_a_family_preset_has_its_timm_default_pixel_statistics(arch, mean, std):
+    """timm's default_cfgs: DINOv2 and DeiT were trained on ImageNet's statistics, CLIP on OpenAI's; a model
+    built by name (or read from a config.json without them) must be fed the same pixels."""
+    config = keras_vit.factory.timm_config(arch)
+    assert config.pixel_mean == pytest.approx(mean) and config.pixel_std == pytest.approx(std)

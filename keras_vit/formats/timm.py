@@ -38,6 +38,12 @@ _ARGS = {"img_size", "patch_size", "embed_dim", "depth", "num_heads", "mlp_ratio
 # Options whose values other than these (timm's defaults) name a feature keras-vit does not have.
 _UNSUPPORTED = {"qk_norm": (False, "query/key normalization"), "final_norm": (True, "no final norm")}
 _ACTIVATIONS = {None: "gelu", "gelu": "gelu", "gelu_tanh": "gelu_tanh", "quick_gelu": "quick_gelu"}
+# The pixel statistics of timm's default_cfgs by family, for a config.json without mean/std and for the
+# presets built by name (create_model("vit_small_patch14_dinov2")); other families use 0.5 as timm does.
+OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+_FAMILY_STATS = {"deit_distilled": (IMAGENET_MEAN, IMAGENET_STD), "dinov2": (IMAGENET_MEAN, IMAGENET_STD),
+                 "clip": (OPENAI_CLIP_MEAN, OPENAI_CLIP_STD)}
 # timm's own resampling of position embeddings at another size (keras_vit.interpolation's names).
 TIMM_RESAMPLE = "torch_bicubic_antialias"
 
@@ -108,9 +114,10 @@ def args_from_config(config, tensors, where):
                          f"{sorted(k for k in _ACTIVATIONS if k)} (and SwiGLU).")
     width = int(embed_dim * float(o.get("mlp_ratio", 4.0)))
     num_classes = int(o.get("num_classes", config.get("num_classes", 1000)))
-    deit = arch.startswith("deit")
-    mean = tuple(pcfg.get("mean") or (IMAGENET_MEAN if deit else HALF))
-    std = tuple(pcfg.get("std") or (IMAGENET_STD if deit else HALF))
+    default_mean, default_std = _FAMILY_STATS.get(name) or (
+        (IMAGENET_MEAN, IMAGENET_STD) if arch.startswith("deit") else (HALF, HALF))
+    mean = tuple(pcfg.get("mean") or default_mean)
+    std = tuple(pcfg.get("std") or default_std)
     image_size = o["img_size"]
     args = dict(
         image_size=tuple(image_size) if isinstance(image_size, (list, tuple)) else int(image_size),
