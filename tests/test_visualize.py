@@ -421,9 +421,11 @@ PREFIXED = [("timm_dinov2_reg4", 5, 0), ("hf_dinov2_reg", 5, 1), ("timm_deit_dis
 
 def _class_token_rollout(attentions, prefix):
     """The class token's rollout over the patch tokens alone, written out for this test (not viz.rollout)."""
+    import keras
+
     joint = None
     for probs in attentions:
-        a = np.asarray(probs, np.float64).mean(axis=1) + np.eye(probs.shape[-1])
+        a = keras.ops.convert_to_numpy(probs).astype(np.float64).mean(axis=1) + np.eye(probs.shape[-1])
         a /= a.sum(-1, keepdims=True)
         joint = a if joint is None else a @ joint
     row = joint[:, 0, prefix:]  # the class token's row; the registers' (and distillation token's) columns left out
