@@ -128,7 +128,8 @@ def missing_path(path, what, expected):
 
 # A Hugging Face repo id as from_pretrained takes it ("facebook/dinov2-small", "hf-hub:timm/..."), not a file.
 _HUB_NAME = re.compile(r"^(?:hf-hub:)?[A-Za-z0-9][\w.-]*/[\w.-]+$")
-_FILE_SUFFIXES = (".keras", ".npz", ".safetensors", ".h5", ".tflite", ".onnx", ".bin", ".pth", ".pt", ".ckpt")
+_FILE_SUFFIXES = (".keras", ".npz", ".safetensors", ".h5", ".tflite", ".onnx", ".bin", ".pth", ".pt", ".ckpt", ".pkl",
+                  ".pickle")
 
 
 def is_hub_name(path: str | os.PathLike) -> bool:

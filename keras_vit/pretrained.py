@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from typing import TYPE_CHECKING, Any
 
 from keras_vit._common import check_keywords, refuse_unknown_keywords
-from keras_vit._files import atomic_path
+from keras_vit._files import atomic_path, is_hub_name
 from keras_vit.checkpoints import convert_checkpoint
 from keras_vit.formats import official, timm, transformers
 from keras_vit.formats._assign import ArraySource, load_into
@@ -51,9 +50,6 @@ _WRITERS = {"timm": timm, "transformers": transformers}
 
 # -- finding a checkpoint and its format -----------------------------------------------------
 
-_HUB_NAME = re.compile(r"^(?:hf-hub:)?([A-Za-z0-9][\w.-]*/[\w.-]+)$")
-
-
 def _hub_folder(name):
     """The local snapshot folder of a Hugging Face hub repo, through huggingface_hub (its cache and
     offline mode); only the files keras-vit reads are fetched."""
@@ -73,9 +69,8 @@ def _hub_folder(name):
 def _locate(path):
     """(format, config or None, [weights files]) of a checkpoint file, hub folder or hub name."""
     path = os.fspath(path)
-    if not os.path.exists(path) and _HUB_NAME.match(path) and not path.endswith(
-            (".npz", ".safetensors", ".keras", ".h5") + PICKLE_SUFFIXES):
-        path = _hub_folder(_HUB_NAME.match(path)[1])
+    if is_hub_name(path):
+        path = _hub_folder(path.removeprefix("hf-hub:"))
     if not os.path.exists(path):
         raise missing_checkpoint(path)
     if os.path.isdir(path):
