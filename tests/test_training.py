@@ -55,6 +55,11 @@ def test_recipes_resolve_and_unknown_keys_list_the_valid_ones():
 def test_set_crop_none_is_the_resize_only_crop_not_none():
     config = training.apply_overrides(training.load_recipe("digits"), ["crop=none", "data=none"])
     assert config["crop"] == "none" and config["data"] is None, "other strings still read none as None"
+    cifar = training.load_recipe("cifar10")
+    assert cifar["randaugment"] and cifar["init_checkpoint"] is None
+    for spelling in ("none", "None", "NONE"):
+        config = training.apply_overrides(cifar, [f"randaugment={spelling}", "init=(1, 2)", f"init={spelling}"])
+        assert config["randaugment"] is None and config["init_checkpoint"] is None, spelling
 
 
 def test_warmup_then_cosine_or_linear_decay():

@@ -210,7 +210,8 @@ def _parse_value(key, text, current):
     if isinstance(current, str):
         return None if text.lower() == "none" and key not in NONE_IS_A_NAME else text
     value = literal()
-    return None if value == "None" else value
+    # A key whose recipe value is None (randaugment, init) reads none as None in any case, as str keys do.
+    return None if isinstance(value, str) and value.lower() == "none" else value
 
 
 def _safe_literal(text):
