@@ -434,6 +434,33 @@ def test_cli_finetunes_a_hub_folder_at_its_own_size(tmp_path):
     np.testing.assert_allclose(metrics["input"]["pixel_std"], std)
 
 
+def test_cli_finetunes_a_hub_name_through_the_huggingface_hub_cache(tmp_path):
+    """`--set weights=facebook/dinov2-small` (a name, not a folder) is fetched by huggingface_hub, here offline
+    from a cache laid out as huggingface_hub lays it out, and trains as the folder would."""
+    pytest.importorskip("huggingface_hub", reason="hub names need huggingface_hub (the `hub` extra)")
+    cache = DATA / "zoo" / "hub"
+    snapshot = next((cache / "models--facebook--dinov2-small" / "snapshots").iterdir())
+    size, mean, std = _checkpoint_preprocessing(snapshot)
+    env = _env(HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(cache))
+    env.pop("HF_HOME", None)
+    args = [sys.executable, "-m", "keras_vit.cli", "train", "finetune", "--set", "data=digits", "--set", "batch_size=16",
+            "--set", "epochs=1", "--set", "steps_per_epoch=1", "--set", "warmup_steps=0", "--set", "max_train_examples=32",
+            "--set", "validation_split=0"]
+    run = subprocess.run([*args, "--set", "weights=facebook/dinov2-small", "--model-dir", str(tmp_path / "ft")],
+                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    metrics = _metrics(tmp_path / "ft")
+    assert metrics["config"]["init_checkpoint"] == "facebook/dinov2-small"
+    assert metrics["input"]["image_size"] == list(size), "the checkpoint's own size, as for its folder"
+    np.testing.assert_allclose(metrics["input"]["pixel_mean"], mean)
+    np.testing.assert_allclose(metrics["input"]["pixel_std"], std)
+    # a name the cache does not hold is refused before training, naming the cache
+    run = subprocess.run([*args, "--set", "weights=facebook/nope", "--model-dir", str(tmp_path / "nope")],
+                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
+    assert run.returncode != 0 and "'facebook/nope'" in run.stderr and "HF_HUB_CACHE" in run.stderr
+    assert not (tmp_path / "nope").exists()
+
+
 def test_build_model_from_a_hub_checkpoint_at_a_set_size_keeps_its_statistics_and_gets_a_new_head():
     """The Python route: init_checkpoint=FOLDER with image_size set resamples to that size; the recipe's
     architecture keys are ignored, its regularization applies, the head is new (zeros) for these classes."""

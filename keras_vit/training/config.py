@@ -262,12 +262,15 @@ def apply_overrides(config: dict[str, Any], overrides: Iterable[str] | None) -> 
 
 
 def hub_checkpoint(source: Any) -> bool:
-    """Whether `init_checkpoint` is a timm / transformers checkpoint (a hub folder holding config.json, or
-    a .safetensors file with its config.json beside it): `build_model` builds such a model from its own
-    config, at its own size unless image_size is set, with its pixel statistics and a new head."""
+    """Whether `init_checkpoint` is a timm / transformers checkpoint (a hub folder holding config.json,
+    a .safetensors file with its config.json beside it, or a hub name such as "facebook/dinov2-small",
+    which huggingface_hub fetches into its cache): `build_model` builds such a model from its own config,
+    at its own size unless image_size is set, with its pixel statistics and a new head."""
+    from keras_vit._files import is_hub_name
+
     if not isinstance(source, (str, os.PathLike)):
         return False
     source = os.fspath(source)
-    return os.path.isfile(os.path.join(source, "config.json")) or (
+    return is_hub_name(source) or os.path.isfile(os.path.join(source, "config.json")) or (
         source.endswith(".safetensors") and os.path.isfile(source))
 
