@@ -123,7 +123,8 @@ FLOORS = {
     "keras_vit.serving": 5, "keras_vit.onnx": 5, "keras_vit.export": 5,
     # training/: config, distribution, optimizers and keras_patches below the loop; the package re-exports them all
     "keras_vit.training.config": 5, "keras_vit.training.distribution": 5, "keras_vit.training.optimizers": 5,
-    "keras_vit.training.keras_patches": 5, "keras_vit.training.loop": 5, "keras_vit.training": 5,
+    "keras_vit.training.keras_patches": 5, "keras_vit.training.build": 5, "keras_vit.training.callbacks": 5,
+    "keras_vit.training.loop": 5, "keras_vit.training": 5,
     "keras_vit.visualize": 5, "keras_vit.fewshot": 5, "keras_vit.tflite_metadata": 5, "keras_vit.report": 5,
     "keras_vit.cli": 6,
 }

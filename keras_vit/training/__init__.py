@@ -11,10 +11,13 @@ the optimizer inside the strategy's scope, fits with preemption-safe callbacks a
 
 The package, bottom up: `config` (recipes, `DEFAULTS`, `--set`), `distribution` (strategies, Keras
 distributions, precision), `optimizers` (AdamW / SGD and the warm-up schedule), `keras_patches`
-(every patch to Keras internals, checked against the Keras version), `loop` (callbacks,
-`compile_for_training`, `train`). Every name is re-exported here: `keras_vit.training.X` as before.
+(every patch to Keras internals, checked against the Keras version), `build` (the model a run trains
+and what the pipeline feeds it), `callbacks`, `loop` (the data splits, `compile_for_training`, `train`).
+Every name is re-exported here: `keras_vit.training.X` as before.
 """
 
+from keras_vit.training.build import TRAINING_MODEL_KEYS, build_model, eval_view, model_input
+from keras_vit.training.callbacks import BestModelCheckpoint, EpochCounter
 from keras_vit.training.config import (
     ALIASES,
     DEFAULTS,
@@ -40,18 +43,7 @@ from keras_vit.training.distribution import (
     strategy_name,
 )
 from keras_vit.training.keras_patches import TESTED_KERAS, apply_multi_worker_fix, check_keras_version
-from keras_vit.training.loop import (
-    TRAINING_MODEL_KEYS,
-    BestModelCheckpoint,
-    EpochCounter,
-    build_model,
-    compile_for_training,
-    eval_view,
-    model_input,
-    prepare_data,
-    train,
-    wrap_for_training,
-)
+from keras_vit.training.loop import compile_for_training, prepare_data, train, wrap_for_training
 from keras_vit.training.optimizers import NO_DECAY, WarmupSchedule, build_optimizer
 
 __all__ = [

@@ -1,5 +1,5 @@
-"""One training run, start to finish: the data splits, the model (and its init checkpoint), the
-callbacks, `compile_for_training`, `model.fit` in the strategy's scope, and the files a run writes
+"""One training run, start to finish: the data splits, the model (`build`) and its callbacks
+(`callbacks`), `compile_for_training`, `model.fit` in the strategy's scope, and the files a run writes
 (`model.keras`, `best.keras`, `metrics.json`, `history.csv`, TensorBoard logs)."""
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import importlib
 import importlib.util
 import json
 import logging
-import math
 import os
 import shutil
 import time
@@ -23,7 +22,9 @@ import tensorflow as tf
 from keras_vit import report
 from keras_vit._files import atomic_path
 from keras_vit.augment import check_rand_augment
-from keras_vit.training.config import DEFAULTS, hub_checkpoint
+from keras_vit.training.build import build_model, model_input
+from keras_vit.training.callbacks import BestModelCheckpoint, EpochCounter, tensorboard_callback
+from keras_vit.training.config import hub_checkpoint
 from keras_vit.training.distribution import (
     KerasDistribution,
     cluster_task,
@@ -36,58 +37,6 @@ from keras_vit.training.keras_patches import apply_multi_worker_fix
 from keras_vit.training.optimizers import build_optimizer
 
 log = logging.getLogger(__name__)
-
-# --- callbacks -----------------------------------------------------------------------
-
-class BestModelCheckpoint(keras.callbacks.Callback):
-    """Saves the model with the best `monitor` so far, atomically (never a half-written file).
-
-    `save_target`: the model to save when it is not the one being fit (a distilled student inside
-    its `Distiller`, an encoder inside its pre-training wrapper)."""
-
-    def __init__(self, path, monitor="val_accuracy", enabled=True, save_target=None):
-        super().__init__()
-        self.path = path
-        self.monitor = monitor
-        self.enabled = enabled
-        self.save_target = save_target
-        self.best = -math.inf
-
-    def on_epoch_end(self, epoch, logs=None):
-        value = (logs or {}).get(self.monitor)
-        if value is None or value <= self.best:
-            return
-        self.best = float(value)
-        if self.enabled:
-            with atomic_path(self.path) as tmp:
-                (self.save_target or self.model).save(tmp)
-
-
-class EpochCounter(keras.callbacks.Callback):
-    """Remembers the last finished epoch (BackupAndRestore may start fit past epoch 0) and says
-    when a run resumes. Adds each epoch's wall and CPU seconds (this process, all threads) to its
-    logs, so history.csv holds the cost of every epoch across resumes."""
-
-    def __init__(self, backup_dir=None):
-        super().__init__()
-        self.backup_dir = backup_dir
-        self.first_epoch = None
-        self.epochs_completed = 0
-        self._started = None
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._started = (time.time(), time.process_time())
-        if self.first_epoch is None:
-            self.first_epoch = epoch
-            self.epochs_completed = epoch
-            if epoch:
-                print(f"keras-vit train: resuming from epoch {epoch + 1} (backup in {self.backup_dir})", flush=True)
-
-    def on_epoch_end(self, epoch, logs=None):
-        self.epochs_completed = epoch + 1
-        if logs is not None and self._started is not None:
-            logs["epoch_seconds"] = round(time.time() - self._started[0], 1)
-            logs["epoch_cpu_seconds"] = round(time.process_time() - self._started[1], 1)
 
 
 # --- the job -------------------------------------------------------------------------
@@ -135,101 +84,6 @@ def prepare_data(config, model_dir=None, write_record=True):
         if len(split) == 0:
             raise ValueError(f"{split.origin}: no images; refusing to train on zero examples.")
     return train, validation, test
-
-
-def _saved_config(source):
-    """A `.keras` init checkpoint's model config ({} for anything else, or an unreadable file)."""
-    if not (isinstance(source, str) and source.endswith(".keras") and os.path.isfile(source)):
-        return {}
-    import zipfile
-
-    try:
-        with zipfile.ZipFile(source) as z:
-            return json.loads(z.read("config.json")).get("config", {})
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
-        return {}
-
-
-def eval_view(config):
-    """(crop_pct, interpolation): how evaluation (and the saved model's predict and exports) turn an
-    image of any size into the model's input: the recipe's `eval_crop_fraction`, else the view a
-    `.keras` init checkpoint carries (a timm checkpoint's crop_pct and interpolation, converted), else
-    the paper's plain resize (1.0, bilinear). (A timm / transformers folder's model takes its own view.)"""
-    from keras_vit.images import view_policy
-
-    saved = _saved_config(config["init_checkpoint"])
-    return view_policy(crop_pct=config["eval_crop_fraction"] or saved.get("crop_pct"),
-                       interpolation=saved.get("interpolation"))
-
-
-# The model keys a timm / transformers checkpoint's own config does not decide: regularization for training.
-TRAINING_MODEL_KEYS = ("dropout_rate", "attention_dropout_rate", "drop_path_rate")
-
-
-def model_input(config):
-    """What the data pipeline feeds a model built from the recipe's keys (not a timm / transformers folder,
-    whose model decides): {image_size, pixel_mean, pixel_std, crop_pct, interpolation}. The recipe's
-    image_size (None: a .keras init checkpoint's), that checkpoint's pixel statistics (one converted from
-    DeiT or DINOv2 keeps ImageNet's), else the official [-1, 1] scaling; `eval_view`'s crop."""
-    from keras_vit.data import OFFICIAL_STATS
-
-    saved = _saved_config(config["init_checkpoint"])
-    image_size = config["image_size"] if config["image_size"] is not None else saved.get("image_size")
-    if image_size is None:
-        raise ValueError(f"image_size None means the init checkpoint's own size, which only a timm / transformers "
-                         f"folder or a .keras file records; init_checkpoint={config['init_checkpoint']!r}: set "
-                         "image_size (--set image_size=224).")
-    crop_pct, interpolation = eval_view(config)
-    image_size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
-    return dict(image_size=image_size, pixel_mean=tuple(saved.get("pixel_mean") or OFFICIAL_STATS),
-                pixel_std=tuple(saved.get("pixel_std") or OFFICIAL_STATS), crop_pct=crop_pct,
-                interpolation=interpolation)
-
-
-def build_model(config, class_names):
-    """The model a run trains, built in the strategy's scope: from a timm / transformers checkpoint's own
-    config (`hub_checkpoint`), else from the recipe's model keys (at `model_input`'s size and statistics)
-    with `init_checkpoint`'s weights loaded."""
-    from keras_vit.config import ViTConfig
-    from keras_vit.models import VisionTransformer
-
-    if hub_checkpoint(config["init_checkpoint"]):
-        return _from_hub_checkpoint(config, class_names)
-    kwargs = {k: v for k, v in config["model"].items() if v is not None and k != "variant"}
-    kwargs.update(model_input(config), classes=len(class_names), class_names=class_names, classifier_activation=None)
-    variant = config["model"].get("variant")
-    model = VisionTransformer(ViTConfig.from_preset(variant, **kwargs) if variant else ViTConfig(**kwargs))
-    if config["init_checkpoint"]:
-        from keras_vit.checkpoints import load_weights
-
-        load_weights(model, config["init_checkpoint"], method=config["resample"])
-    return model
-
-
-def _from_hub_checkpoint(config, class_names):
-    """A timm / transformers checkpoint fine-tuned as timm does it: its architecture, numerics, pixel
-    statistics, evaluation view and position-embedding resampling; a new zero head for these classes."""
-    from keras_vit.pretrained import from_pretrained
-
-    source = os.fspath(config["init_checkpoint"])
-    ignored = [f"model.{k}={v!r}" for k, v in config["model"].items()
-               if k not in TRAINING_MODEL_KEYS and v is not None and v != DEFAULTS["model"].get(k)]
-    if ignored:
-        log.info("%s: the architecture is the checkpoint's own; ignoring %s", source, ", ".join(ignored))
-    overrides = {k: config["model"][k] for k in TRAINING_MODEL_KEYS if config["model"].get(k) is not None}
-    if config["image_size"] is not None:
-        overrides["image_size"] = config["image_size"]  # position embeddings resampled as the source's library does
-    if config["eval_crop_fraction"]:
-        overrides["crop_pct"] = config["eval_crop_fraction"]
-    model = from_pretrained(source, classes=len(class_names), class_names=list(class_names),
-                            classifier_activation=None, **overrides)
-    # A new head even when the checkpoint's has as many classes: its classes are not these.
-    for layer in model.layers:
-        if layer.name in ("head", "head_dist"):
-            layer.set_weights([np.zeros(w.shape, w.dtype) for w in layer.get_weights()])
-    log.info("fine-tuning %s at %dx%d, pixels normalized with mean %s and std %s, a new head for %d classes",
-             source, *model.image_size, tuple(model.pixel_mean), tuple(model.pixel_std), len(class_names))
-    return model
 
 
 def train(config: dict[str, Any], model_dir: str | os.PathLike, backup_dir: str | os.PathLike | None = None,
@@ -404,7 +258,7 @@ def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, pr
     callbacks.append(BestModelCheckpoint(os.path.join(out_dir, "best.keras"), monitor, enabled=is_chief,
                                          save_target=model if fit_model is not model else None))
     callbacks.append(keras.callbacks.CSVLogger(os.path.join(out_dir, "history.csv"), append=True))
-    callbacks.extend(_tensorboard(out_dir, is_chief))
+    callbacks.extend(tensorboard_callback(out_dir, is_chief))
 
     start, cpu_start = time.time(), time.process_time()
     try:
@@ -518,19 +372,6 @@ def _task_metrics(model, config, test_ds, history_csv):
         extra["teacher"] = config["distill"]["teacher"]
         extra["test_heads"] = distill.head_accuracies(model, test_ds)
     return extra
-
-
-def _tensorboard(out_dir, is_chief):
-    """The TensorBoard callback when tensorboard is installed; otherwise one line on how to get the logs.
-
-    TensorFlow no longer installs tensorboard, and the logs are a nicety: a run must not fail for them.
-    """
-    if importlib.util.find_spec("tensorboard") is None:
-        if is_chief:
-            log.info('TensorBoard logs: off (tensorboard is not installed; pip install "keras-vit[tensorboard]" '
-                     "to write them to %s)", os.path.join(out_dir, "logs"))
-        return []
-    return [keras.callbacks.TensorBoard(os.path.join(out_dir, "logs"), write_graph=False)]
 
 
 def _pad_batches(ds, multiple):
