@@ -9,6 +9,12 @@ teacher's forward pass alone, and its test accuracy in each precision (do its la
 bfloat16?).
 
     python benchmarks/distill_cost.py --data ../shared/data/cifar10-jpeg.tgz --steps 50 --rounds 3 --skip 10
+
+Other students, timed beside them as DeiT variants (`--student NAME=OVERRIDES`, repeatable; the
+overrides are `--set` ones, space-separated), e.g. what a wider student costs a step:
+
+    python benchmarks/distill_cost.py --student "w192=model.hidden_size=192 model.mlp_dim=384 model.num_heads=3" \
+        --steps 30 --rounds 2 --no-teacher-alone
 """
 
 import argparse
@@ -33,7 +39,14 @@ def _variants(args):
     deit = training.apply_overrides(training.load_recipe(os.path.join(ROOT, "recipes", "cifar10_deit.py")),
                                     [f"data={args.data}", f"teacher={args.teacher}"])
     deit32 = training.apply_overrides(deit, ["distill.teacher_precision=float32"])
-    return {"vit": vit, "deit (teacher in training precision)": deit, "deit (teacher float32)": deit32}
+    variants = {"vit": vit, "deit (teacher in training precision)": deit, "deit (teacher float32)": deit32}
+    for spec in args.student:
+        name, sep, overrides = spec.partition("=")
+        if not sep or not name or not overrides.strip():
+            raise SystemExit(f"--student {spec!r}: expected NAME=KEY=VALUE [KEY=VALUE ...], e.g. "
+                             "'w192=model.hidden_size=192 model.mlp_dim=384'")
+        variants[f"deit {name} (teacher float32)"] = training.apply_overrides(deit32, overrides.split())
+    return variants
 
 
 class _StepClock(keras.callbacks.Callback):
@@ -62,6 +75,10 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=50, help="timed steps per variant per round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--skip", type=int, default=10, help="untimed steps at the start of each round")
+    parser.add_argument("--student", action="append", default=[], metavar="NAME=OVERRIDES",
+                        help="another DeiT student, e.g. 'w192=model.hidden_size=192 model.mlp_dim=384' (repeatable)")
+    parser.add_argument("--no-teacher-alone", action="store_true",
+                        help="skip timing the teacher alone and its test accuracy in each precision")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args(argv)
 
@@ -74,7 +91,7 @@ def main(argv=None):
     aug = dict(crop=first["crop"], pad=first["pad"], flip=first["flip"], randaugment=first["randaugment"])
     ds = data_lib.make_dataset(train, 32, first["batch_size"], training=True, seed=0, repeat=True, **aug)
 
-    fits = {}
+    fits, params = {}, {}
     for name, config in variants.items():
         keras.utils.set_random_seed(0)
         model = training.build_model(config, train.class_names)
@@ -82,7 +99,8 @@ def main(argv=None):
         fit_model = training.wrap_for_training(model, config, 390)
         fit_model.fit(ds, epochs=1, steps_per_epoch=5, verbose=0)  # trace and warm up
         fits[name] = fit_model
-        print(f"{name}: {model.count_params():,} parameters", flush=True)
+        params[name] = model.count_params()
+        print(f"{name}: {params[name]:,} parameters", flush=True)
 
     times = {name: [] for name in fits}
     cpu = {name: [] for name in fits}
@@ -103,12 +121,12 @@ def main(argv=None):
         results["rows"][name] = {"step_s": float(np.median(times[name])), "cpu_step_s": float(np.median(cpu[name])),
                                  "x_vit_wall": float(np.median(times[name])) / base,
                                  "x_vit_cpu": float(np.median(cpu[name])) / base_cpu,
-                                 "rounds_s": times[name]}
+                                 "rounds_s": times[name], "parameters": params[name]}
 
     # the teacher alone: its forward pass and its test accuracy in each precision
     test_ds = data_lib.make_dataset(test, 32, 256, training=False)
     batch = next(iter(ds))[0]
-    for precision in ("auto", "float32"):
+    for precision in () if args.no_teacher_alone else ("auto", "float32"):
         teacher = distill.load_teacher(args.teacher, precision=precision)
         logits = teacher.logits_model
         logits(batch, training=False)
