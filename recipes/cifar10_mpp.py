@@ -14,6 +14,10 @@ token. `model.keras` is the encoder, which recipes/cifar10.py fine-tunes:
 from scratch (the comparison at equal CPU time). Its metrics.json's test_accuracy is the colour
 accuracy on the corrupted patches of the test images (objective "mpp"), not a class accuracy.
 Crops and flips only: RandAugment's colour operations would only move the targets.
+
+Measured at a smaller equal budget (docs/small-data.md): 6 epochs here + 9 of fine-tuning (2,363 CPU s)
+reached 63.0% on the 10,000 test images, 15 epochs from scratch (2,273 CPU s) 63.3%; the pre-training
+loss fell every epoch (3.73 to 1.87), 41.8% of the corrupted test patches' colours right.
 """
 
 
