@@ -22,9 +22,9 @@ def _env(**extra):
     return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **extra)
 
 
-def _cli(*args, **kwargs):
+def _cli(*args, env=None, **kwargs):
     return subprocess.run([sys.executable, "-m", "keras_vit.cli", *args], capture_output=True, text=True,
-                          cwd=ROOT, env=_env(), **kwargs)
+                          cwd=ROOT, env=env or _env(), **kwargs)
 
 
 def _metrics(model_dir):
@@ -443,11 +443,10 @@ def test_cli_finetunes_a_hub_name_through_the_huggingface_hub_cache(tmp_path):
     size, mean, std = _checkpoint_preprocessing(snapshot)
     env = _env(HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(cache))
     env.pop("HF_HOME", None)
-    args = [sys.executable, "-m", "keras_vit.cli", "train", "finetune", "--set", "data=digits", "--set", "batch_size=16",
-            "--set", "epochs=1", "--set", "steps_per_epoch=1", "--set", "warmup_steps=0", "--set", "max_train_examples=32",
+    args = ["train", "finetune", "--set", "data=digits", "--set", "batch_size=16", "--set", "epochs=1",
+            "--set", "steps_per_epoch=1", "--set", "warmup_steps=0", "--set", "max_train_examples=32",
             "--set", "validation_split=0"]
-    run = subprocess.run([*args, "--set", "weights=facebook/dinov2-small", "--model-dir", str(tmp_path / "ft")],
-                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
+    run = _cli(*args, "--set", "weights=facebook/dinov2-small", "--model-dir", str(tmp_path / "ft"), env=env, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     metrics = _metrics(tmp_path / "ft")
     assert metrics["config"]["init_checkpoint"] == "facebook/dinov2-small"
@@ -455,8 +454,7 @@ def test_cli_finetunes_a_hub_name_through_the_huggingface_hub_cache(tmp_path):
     np.testing.assert_allclose(metrics["input"]["pixel_mean"], mean)
     np.testing.assert_allclose(metrics["input"]["pixel_std"], std)
     # a name the cache does not hold is refused before training, naming the cache
-    run = subprocess.run([*args, "--set", "weights=facebook/nope", "--model-dir", str(tmp_path / "nope")],
-                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
+    run = _cli(*args, "--set", "weights=facebook/nope", "--model-dir", str(tmp_path / "nope"), env=env, timeout=900)
     assert run.returncode != 0 and "'facebook/nope'" in run.stderr and "HF_HUB_CACHE" in run.stderr
     assert not (tmp_path / "nope").exists()
 

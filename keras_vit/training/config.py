@@ -13,7 +13,7 @@ import importlib.util
 import os
 from typing import Any, Iterable
 
-from keras_vit._files import nearest
+from keras_vit._files import is_hub_name, nearest
 from keras_vit._recipes import RECIPES_DIR, find_recipe, shipped_recipes  # noqa: F401  (public here)
 from keras_vit.config import ViTConfig
 
@@ -266,8 +266,6 @@ def hub_checkpoint(source: Any) -> bool:
     a .safetensors file with its config.json beside it, or a hub name such as "facebook/dinov2-small",
     which huggingface_hub fetches into its cache): `build_model` builds such a model from its own config,
     at its own size unless image_size is set, with its pixel statistics and a new head."""
-    from keras_vit._files import is_hub_name
-
     if not isinstance(source, (str, os.PathLike)):
         return False
     source = os.fspath(source)
