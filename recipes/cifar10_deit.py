@@ -18,13 +18,12 @@ the 2x budget of issue 39.
 Measured (one run, 2.1 h wall, 3.5 h CPU on 2 AVX512-BF16 cores): 73.9% on the 10,000 test images
 (class head alone 73.8%, distillation head alone 74.0%), against 72.2% for recipes/cifar10.py. The
 0.8M student is capacity-bound (its training accuracy on the augmented images never passed its
-validation accuracy), so the teacher's labels add about a point; docs/small-data.md has the table.
+validation accuracy); docs/small-data.md has the table.
 A wider student (width 192, MLP 384, 3 heads: 1.81M parameters; --set learning_rate=1e-3, since
-2e-3 stalled it, --set warmup_epochs=3 --set epochs=53, 1.98x the ViT recipe's budget) reached 75.3%:
-still capacity-bound, still short of 80%; with RandAugment (2, 3) instead of (2, 5) it reached 75.2%,
-so the lighter augmentation does not close the gap either; the same width-192 ViT without the teacher
-reached 73.2%, so the teacher's labels are worth 2.0 points at equal epochs; 24 more epochs of the
-distilled one (77 in all, 3.05x the ViT recipe's budget) reached 79.1% (docs/small-data.md, "A wider student").
+2e-3 stalled it, --set warmup_epochs=3 --set epochs=53, 1.98x the ViT recipe's budget) reached 75.3%,
+75.2% with RandAugment (2, 3), and 73.2% without the teacher: the teacher is worth 2.0 points at equal
+epochs. Trained on for 24 more epochs (77 in all, 3.05x the ViT recipe's budget) it reached 79.1%:
+80% needs more than 3x with this student (docs/small-data.md, "A wider student").
 
 Data: the tfds `cifar10` by default (downloads once), or a local copy:
     keras-vit train recipes/cifar10_deit.py --set data=../shared/data/cifar10-jpeg.tgz
