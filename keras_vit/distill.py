@@ -25,6 +25,18 @@ or in Python:
     trainer.compile(optimizer="adamw")
     trainer.fit(train_ds)        # (images, one-hot labels) batches
     student.save("student.keras")
+
+A teacher that is itself a ViT of the student's width and token grid (the CIFAR-10 hybrid: a ResNet
+stem, then 4 blocks of width 128 on 8x8 tokens) can also give the student its Transformer:
+`inherit_teacher` copies its blocks into the student's last ones, and `TokenAligner` trains the
+student's patch projection and first blocks to reproduce the tokens the teacher's stem makes, without
+labels (`objective="align"`, recipes/cifar10_deit_align.py); distillation then fine-tunes the whole
+student from there (`--set init=PATH`):
+
+    inherit_teacher(student, teacher)
+    aligner = TokenAligner(student, teacher)
+    aligner.compile(optimizer="adamw")
+    aligner.fit(train_ds)        # labels unused
 """
 
 from __future__ import annotations
@@ -34,6 +46,7 @@ import zipfile
 from typing import Any, Iterable, Sequence
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_vit._common import Tensor
@@ -235,3 +248,180 @@ def head_accuracies(student: keras.Model, dataset: Iterable[Sequence[Tensor]]) -
     if not total:
         raise ValueError("head_accuracies got an empty dataset.")
     return {**{k: v / total for k, v in right.items()}, "examples": total}
+
+
+# Inheriting the teacher's Transformer: the hybrid's blocks see an 8x8 grid of tokens of its width,
+# which is the plain student's grid at patch 4; a student with `extra` more blocks than the teacher
+# takes the teacher's blocks as its last ones, and its first `extra` blocks start as the identity
+# (their residual branches' output projections zero), so that at the start the student is its own
+# patch projection followed by the teacher's Transformer. Aligning then trains only that front end.
+_RESIDUAL_OUTPUTS = ("/out/", "/mlp_dense2/")
+
+
+def inherited_weights(teacher: dict[str, Any], student: dict[str, tuple[int, ...]],
+                      source: str = "teacher") -> dict[str, Any]:
+    """The student's weights that come from the teacher, as a pure dict-to-dict conversion.
+
+    teacher: weight path -> array, of a keras-vit ViT with a class token (a hybrid's stem and patch
+        projection are not read: the student has its own).
+    student: weight path -> shape, of a keras-vit ViT of the same width, block shapes and token grid,
+        with at least as many blocks, with or without a distillation token.
+    Returns path -> array for: the class token (and the distillation token, a copy of it), the
+    position embeddings (the class token's also for the distillation token), the teacher's blocks as
+    the student's last ones, zeros for the residual output projections of the student's first
+    (extra) blocks, the final norm and the head (for both heads). Other student weights keep their
+    initialization. A shape that differs raises ValueError naming the key, both shapes and `source`.
+
+    Example:
+    >>> plan = inherited_weights({w.path: w.numpy() for w in teacher.weights},
+    ...                          {w.path: tuple(w.shape) for w in student.weights})
+    """
+    def depth(weights):
+        return len({p.split("/")[0] for p in weights if p.startswith("encoderblock_")})
+
+    t_depth, s_depth = depth(teacher), depth(student)
+    if t_depth == 0 or "patch_encoder/cls" not in teacher:
+        raise ValueError(f"{source} has no Transformer blocks or no class token: inheriting needs a keras-vit ViT "
+                         "teacher with classifier='token'.")
+    extra = s_depth - t_depth
+    if extra < 0:
+        raise ValueError(f"{source} has {t_depth} blocks, the student {s_depth}: the student needs at least the "
+                         f"teacher's number of blocks (model.num_layers >= {t_depth}).")
+    plan = {}
+
+    def take(key, value):
+        want = student.get(key)
+        if want is None:
+            raise ValueError(f"the student has no weight {key!r} for {source}'s; build it with the teacher's "
+                             "classifier='token' and head.")
+        if tuple(value.shape) != tuple(want):
+            raise ValueError(f"{source} weight for {key!r} has shape {tuple(value.shape)}, the student's is "
+                             f"{tuple(want)}: the student needs the teacher's hidden_size, num_heads, mlp_dim, "
+                             "classes and token grid (image_size / patch_size).")
+        plan[key] = value
+
+    for key, shape in student.items():
+        if key.startswith("encoderblock_"):
+            block, rest = key.split("/", 1)
+            i = int(block.split("_")[1])
+            if i >= extra:
+                source_key = f"encoderblock_{i - extra}/{rest}"
+                if source_key not in teacher:
+                    raise ValueError(f"{source} has no {source_key!r} for the student's {key!r}.")
+                take(key, teacher[source_key])
+            elif any(part in "/" + key for part in _RESIDUAL_OUTPUTS):
+                plan[key] = np.zeros(shape, "float32")
+        elif key in ("encoder_norm/gamma", "encoder_norm/beta", "head/kernel", "head/bias", "patch_encoder/cls"):
+            take(key, teacher[key])
+        elif key.startswith("head_dist/"):
+            take(key, teacher[key.replace("head_dist/", "head/")])
+        elif key == "patch_encoder/dist_token":
+            take(key, teacher["patch_encoder/cls"])
+        elif key == "patch_encoder/pos_embedding":
+            pos = np.asarray(teacher[key])
+            if "patch_encoder/dist_token" in student:
+                pos = np.concatenate([pos[:, :1], pos], axis=1)
+            take(key, pos)
+    return plan
+
+
+def inherit_teacher(student: keras.Model, teacher: keras.Model) -> list[str]:
+    """Sets `student`'s weights that `inherited_weights` takes from `teacher` (both keras-vit ViTs);
+    returns the student's weight paths it set, all checked before any is assigned.
+
+    Example:
+    >>> teacher = load_teacher("saved_models/vit_cifar10_hybrid/model.keras", precision="float32")
+    >>> student = keras_vit.VisionTransformer(keras_vit.ViTConfig(image_size=32, patch_size=4, hidden_size=128,
+    ...     num_layers=6, num_heads=4, mlp_dim=256, classes=10, distillation=True, classifier_activation=None))
+    >>> len(inherit_teacher(student, teacher))
+    81
+    """
+    from keras_vit.models import VisionTransformer
+
+    for model, role in ((student, "student"), (teacher, "teacher")):
+        if not isinstance(model, VisionTransformer):
+            raise ValueError(f"the {role} {model.name!r} is a {type(model).__name__}; inheriting needs keras-vit "
+                             "VisionTransformer models.")
+    source = getattr(teacher, "source_path", None) or f"the teacher {teacher.name!r}"
+    plan = inherited_weights({w.path: ops.convert_to_numpy(w) for w in teacher.weights},
+                             {w.path: tuple(w.shape) for w in student.weights}, source=source)
+    for w in student.weights:
+        if w.path in plan:
+            w.assign(ops.cast(plan[w.path], w.dtype))
+    return sorted(plan)
+
+
+class TokenAligner(keras.Model):
+    """Trains a student's front end to produce the teacher's tokens: the student's patch projection,
+    tokens, position embeddings and first (extra) blocks regress the teacher's embedded tokens (its
+    first block's input: for the hybrid, what its ResNet stem makes) by mean squared error.
+
+    The student should first `inherit_teacher`: its last blocks are then the teacher's, and the better
+    its front end reproduces the teacher's tokens, the closer the whole student classifies as the
+    teacher does, before it sees a label. Labels in the batches are ignored. Only the front end
+    trains; save the student (`student.save`) and fine-tune it (`--set init=PATH`).
+
+    Args:
+        student: a keras-vit ViT with at least the teacher's number of blocks.
+        teacher: a keras-vit ViT from `load_teacher`, of the student's width and token grid.
+
+    Metrics: "loss" (the squared error per token value) and "explained" (1 - loss / the targets'
+    variance: the fraction of the teacher's tokens the student reproduces).
+    """
+
+    def __init__(self, student: keras.Model, teacher: keras.Model, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        s_depth, t_depth = len(student.blocks), len(teacher.blocks)
+        if s_depth < t_depth:
+            raise ValueError(f"the student has {s_depth} blocks, the teacher {t_depth}: aligning needs a student "
+                             f"with at least the teacher's (model.num_layers >= {t_depth}).")
+        if student.hidden_size != teacher.hidden_size:
+            raise ValueError(f"the student's width {student.hidden_size} differs from the teacher's "
+                             f"{teacher.hidden_size}: aligning regresses tokens of the teacher's width.")
+        teacher.trainable = False
+        self.student, self.teacher = student, teacher
+        self.extra = s_depth - t_depth
+        self._student_embed = student.stage_model("images", "embedded")
+        self._teacher_embed = teacher.stage_model("images", "embedded")
+        self._teacher_input = _pixel_conversion(student, teacher)
+        self._copies = int(getattr(student, "distillation", False))  # the distillation token copies the class token
+        self.explained = keras.metrics.Mean(name="explained")
+        self.built = True  # every layer is the student's or the teacher's, built; BackupAndRestore asks
+
+    @property
+    def trainable_weights(self):
+        front = [self.student.patch_encoder, *self.student.blocks[:self.extra]]
+        if getattr(self.student, "pre_norm", False):
+            front.append(self.student.get_layer("pre_norm"))
+        return [w for layer in front for w in layer.trainable_weights]
+
+    def call(self, images: Tensor, training: bool = False) -> Tensor:
+        x = self._student_embed(images, training=training)
+        for block in self.student.blocks[:self.extra]:
+            x = block(x, training=training)
+        return ops.cast(x, "float32")
+
+    def teacher_tokens(self, images: Tensor) -> Tensor:
+        """The teacher's embedded tokens in the student's token layout (float32)."""
+        t = ops.cast(self._teacher_embed(self._teacher_input(images), training=False), "float32")
+        if self._copies:
+            t = ops.concatenate([t[:, :1], t], axis=1)
+        return ops.stop_gradient(t)
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        target = self.teacher_tokens(x)
+        per_example = ops.mean(ops.square(y_pred - target), axis=(1, 2))
+        variance = ops.var(target, axis=(1, 2))
+        if sample_weight is None:
+            weight = ops.ones_like(per_example)
+        else:  # padded rows (weight 0) do not count
+            weight = ops.cast(sample_weight, "float32")
+        total = ops.maximum(ops.sum(weight), 1.0)
+        loss = ops.sum(per_example * weight) / total
+        self.explained.update_state(1.0 - loss / ops.maximum(ops.sum(variance * weight) / total, 1e-12))
+        for extra in self.losses:
+            loss = loss + ops.cast(ops.sum(extra), "float32")
+        return loss
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        return self.get_metrics_result()

@@ -278,3 +278,133 @@ def test_shipped_deit_reaches_80_percent_and_its_heads_table_holds():
     recorded = json.loads((SHIPPED_DEIT.parent / "metrics.json").read_text())["test_heads"]
     for head, value in accuracy.items():  # the card's table (training precision) against float32 here
         assert abs(recorded[head] - value) < 0.005, (head, recorded[head], value)
+
+
+# Inheriting the teacher's Transformer and aligning the student's front end (objective "align")
+
+
+def _front_copied(student, teacher):
+    """Gives `student` the teacher's patch projection too: then an inherited student is the teacher."""
+    for name in ("patch_encoder/embedding/kernel", "patch_encoder/embedding/bias"):
+        dict((w.path, w) for w in student.weights)[name].assign(dict((w.path, w) for w in teacher.weights)[name])
+
+
+def test_a_student_that_inherits_the_teacher_computes_the_teacher():
+    """The teacher's 2 blocks become the student's last 2; the student's first 2 blocks start as the identity
+    (their residual outputs zero, whatever their other weights): with the teacher's patch projection added,
+    the student's logits are the teacher's."""
+    teacher = randomize(tiny_vit(classifier_activation=None), seed=1)
+    student = randomize(tiny_vit(num_layers=4, classifier_activation=None), seed=2)
+    inherited = distill.inherit_teacher(student, teacher)
+    assert "encoderblock_2/query/kernel" in inherited and "encoderblock_0/out/kernel" in inherited
+    assert "encoderblock_0/query/kernel" not in inherited and "patch_encoder/embedding/kernel" not in inherited
+    assert not np.allclose(student(IMAGES), teacher(IMAGES), atol=1e-3)  # the projections still differ
+    _front_copied(student, teacher)
+    np.testing.assert_allclose(student(IMAGES), teacher(IMAGES), atol=1e-5)
+    block = {w.path: w.numpy() for w in student.get_layer("encoderblock_3").weights}
+    for w in teacher.get_layer("encoderblock_1").weights:
+        np.testing.assert_array_equal(block[w.path.replace("encoderblock_1", "encoderblock_3")], w.numpy())
+
+
+def test_a_distilled_student_takes_the_class_token_for_its_distillation_token():
+    teacher = randomize(tiny_vit(classifier_activation=None), seed=1)
+    student = randomize(tiny_vit(num_layers=3, distillation=True, classifier_activation=None), seed=2)
+    distill.inherit_teacher(student, teacher)
+    s, t = ({w.path: w.numpy() for w in m.weights} for m in (student, teacher))
+    np.testing.assert_array_equal(s["patch_encoder/dist_token"], t["patch_encoder/cls"])
+    np.testing.assert_array_equal(s["patch_encoder/pos_embedding"][:, 1], t["patch_encoder/pos_embedding"][:, 0])
+    np.testing.assert_array_equal(s["patch_encoder/pos_embedding"][:, 2:], t["patch_encoder/pos_embedding"][:, 1:])
+    np.testing.assert_array_equal(s["head_dist/kernel"], t["head/kernel"])
+    _front_copied(student, teacher)  # both tokens are then the teacher's class token: both heads the teacher's
+    cls, dist = (np.asarray(x) for x in distill.two_heads(student)(IMAGES))
+    np.testing.assert_allclose(cls, dist, atol=1e-5)
+    np.testing.assert_allclose(student(IMAGES), cls, atol=1e-5)
+
+
+def test_inheriting_refuses_a_teacher_that_does_not_fit():
+    with pytest.raises(ValueError, match=r"teacher .* has 2 blocks, the student 1: .*model.num_layers >= 2"):
+        distill.inherit_teacher(tiny_vit(num_layers=1), tiny_vit())
+    with pytest.raises(ValueError, match=r"'patch_encoder/cls' has shape \(1, 1, 48\), the student's is \(1, 1, 32\)"):
+        distill.inherit_teacher(tiny_vit(), tiny_vit(hidden_size=48))
+    with pytest.raises(ValueError, match=r"'encoderblock_0/mlp_dense1/kernel' has shape \(32, 96\), the student's is "
+                                         r"\(32, 64\): the student needs the teacher's hidden_size, num_heads, mlp_dim"):
+        distill.inherit_teacher(tiny_vit(), tiny_vit(mlp_dim=96))
+    with pytest.raises(ValueError, match=r"'patch_encoder/pos_embedding' has shape \(1, 10, 32\), the student's is "
+                                         r"\(1, 17, 32\).*token grid"):
+        distill.inherit_teacher(tiny_vit(), tiny_vit(image_size=24))
+    with pytest.raises(ValueError, match="no class token: inheriting needs a keras-vit ViT teacher with "
+                                         "classifier='token'"):
+        distill.inherit_teacher(tiny_vit(), tiny_vit(classifier="gap"))
+    with pytest.raises(ValueError, match="is a Sequential; inheriting needs keras-vit VisionTransformer"):
+        distill.inherit_teacher(tiny_vit(), keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Flatten()]))
+
+
+def test_aligning_trains_only_the_front_end_toward_the_teachers_tokens():
+    teacher = randomize(tiny_vit(classifier_activation=None), seed=1)
+    student = randomize(tiny_vit(num_layers=3, distillation=True, classifier_activation=None), seed=2)
+    distill.inherit_teacher(student, teacher)
+    before_teacher = [w.numpy().copy() for w in teacher.weights]
+    before = {w.path: w.numpy().copy() for w in student.weights}
+    aligner = distill.TokenAligner(student, teacher)
+    aligner.compile(optimizer=keras.optimizers.Adam(3e-3))
+    x = np.random.default_rng(2).uniform(-1, 1, (32, 32, 32, 3)).astype("float32")
+    history = aligner.fit(x, np.zeros((32, 7), "float32"), batch_size=8, epochs=6, verbose=0).history
+    assert all(b < a for a, b in zip(history["loss"], history["loss"][1:])), history["loss"]
+    assert history["loss"][-1] < 0.8 * history["loss"][0], history["loss"]
+    for a, w in zip(before_teacher, teacher.weights):
+        np.testing.assert_array_equal(a, w.numpy())
+    changed = {w.path for w in student.weights if not np.array_equal(before[w.path], w.numpy())}
+    assert "patch_encoder/embedding/kernel" in changed and "encoderblock_0/out/kernel" in changed
+    assert not {p for p in changed if p.startswith(("encoderblock_1/", "encoderblock_2/", "head", "encoder_norm"))}
+    # the metrics against NumPy, one batch: the squared error per token value and the fraction explained
+    results = aligner.evaluate(x, np.zeros((32, 7), "float32"), batch_size=32, verbose=0, return_dict=True)
+    target = np.asarray(teacher.stage_model("images", "embedded")(x))
+    target = np.concatenate([target[:, :1], target], axis=1)
+    error = np.mean((np.asarray(aligner(x)) - target) ** 2)
+    assert results["loss"] == pytest.approx(error, rel=1e-4)
+    assert results["explained"] == pytest.approx(1 - error / np.mean(target.var(axis=(1, 2))), rel=1e-4)
+
+
+def test_train_objective_align_inherits_aligns_and_writes_a_student_to_fine_tune(tmp_path):
+    """`keras-vit train` with recipes/cifar10_deit_align.py, on the bundled CIFAR-10 sample images."""
+    teacher = randomize(tiny_vit(classes=10, classifier_activation=None), seed=5)
+    teacher.save(tmp_path / "teacher.keras")
+    recipe = training.load_recipe(ROOT / "recipes" / "cifar10_deit_align.py")
+    tiny = ["model.patch_size=8", "model.hidden_size=32", "model.num_heads=4", "model.mlp_dim=64",
+            "precision=float32", "validation_split=0", "randaugment=None", "batch_size=8", "epochs=1"]
+    with pytest.raises(ValueError, match="objective 'align' regresses a teacher's tokens; name the teacher"):
+        training.train(training.apply_overrides(recipe, ["teacher=none", *tiny]), tmp_path / "none", verbose=0)
+    assert not (tmp_path / "none").exists()
+    config = training.apply_overrides(recipe, [f"data={tiny_cifar_folder(tmp_path / 'data')}",
+                                               f"teacher={tmp_path / 'teacher.keras'}", "model.num_layers=3", *tiny])
+    metrics = training.train(config, tmp_path / "run", verbose=0)
+    history = (tmp_path / "run" / "history.csv").read_text().splitlines()[0].split(",")
+    assert {"loss", "explained"} <= set(history) and metrics["objective"] == "align"
+    student = keras.models.load_model(tmp_path / "run" / "model.keras", compile=False)
+    assert student.distillation and set(metrics["test_heads"]) == {"class_head", "distillation_head", "averaged",
+                                                                   "examples"}
+    s, t = ({w.path: w.numpy() for w in m.weights} for m in (student, teacher))
+    for path, value in t.items():  # the teacher's blocks, norm and head came over and did not train
+        if path.startswith("encoderblock_"):
+            i, rest = path.split("/", 1)
+            np.testing.assert_array_equal(s[f"encoderblock_{int(i.split('_')[1]) + 1}/{rest}"], value)
+    np.testing.assert_array_equal(s["head_dist/kernel"], t["head/kernel"])
+
+
+def test_align_recipe_builds_the_deit_recipes_student_from_the_shipped_teacher():
+    """Stage 1's student is stage 2's (so `--set init=` loads every weight), and the shipped hybrid's
+    4 blocks fit its last 4."""
+    align = training.load_recipe(ROOT / "recipes" / "cifar10_deit_align.py")
+    deit = training.load_recipe(ROOT / "recipes" / "cifar10_deit.py")
+    assert align["model"] == deit["model"] and align["objective"] == "align"
+    assert align["distill"]["teacher"] == deit["distill"]["teacher"]
+    teacher_path = ROOT / align["distill"]["teacher"]
+    if not teacher_path.exists():
+        pytest.skip(f"{teacher_path} is not there")
+    import keras_vit
+
+    teacher = distill.load_teacher(teacher_path, precision="float32")
+    keys = {k: v for k, v in align["model"].items() if v is not None}
+    student = keras_vit.VisionTransformer(image_size=32, classes=10, classifier_activation=None, **keys)
+    inherited = distill.inherit_teacher(student, teacher)
+    assert len(inherited) == 81 and "encoderblock_5/mlp_dense2/kernel" in inherited

@@ -55,7 +55,9 @@ DEFAULTS = {
     # the model needs distillation=True. kind "hard" (the teacher's top class) or "soft" (KL at temperature);
     # alpha weighs the teacher's term; teacher_precision "auto" runs a keras-vit teacher in the training precision.
     "distill": {"teacher": None, "kind": "hard", "alpha": 0.5, "temperature": 1.0, "teacher_precision": "auto"},
-    # "classify", or "mpp": the paper's masked patch prediction pre-training (keras_vit.masked), labels unused
+    # "classify", or "mpp": the paper's masked patch prediction pre-training (keras_vit.masked), labels unused,
+    # or "align": the model takes distill.teacher's blocks as its last ones and its front end learns to make the
+    # teacher's tokens (keras_vit.distill.TokenAligner), labels unused; then fine-tune it with --set init=PATH
     "objective": "classify",
     "mpp": {"corrupt": 0.5, "mask": 0.8, "random": 0.1, "bits": 3},
     "resample": "official",  # position-embedding resampling when the checkpoint's grid differs

@@ -36,6 +36,10 @@ from keras_vit.training.distribution import (
 from keras_vit.training.keras_patches import apply_multi_worker_fix
 from keras_vit.training.optimizers import build_optimizer
 
+# "classify" (labels, a teacher's too when distill.teacher is set), "mpp" (masked patch prediction,
+# no labels), "align" (inherit a teacher's blocks and regress its tokens, no labels)
+OBJECTIVES = ("classify", "mpp", "align")
+
 log = logging.getLogger(__name__)
 
 
@@ -111,8 +115,13 @@ def train(config: dict[str, Any], model_dir: str | os.PathLike, backup_dir: str 
         check_rand_augment(config["randaugment"])  # before minutes of decoding, not after
     if config["class_weight"] not in (None, "balanced"):
         raise ValueError(f"class_weight must be None or 'balanced', got {config['class_weight']!r}.")
-    if config["class_weight"] and config["objective"] == "mpp":
-        raise ValueError("class_weight weighs the classes of the labels; objective 'mpp' uses no labels.")
+    if config["objective"] not in OBJECTIVES:  # before minutes of decoding, not after
+        raise ValueError(f"Unknown objective {config['objective']!r}; use one of {OBJECTIVES}.")
+    if config["objective"] == "align" and not config["distill"]["teacher"]:
+        raise ValueError("objective 'align' regresses a teacher's tokens; name the teacher (--set teacher=PATH).")
+    if config["class_weight"] and config["objective"] != "classify":
+        raise ValueError(f"class_weight weighs the classes of the labels; objective {config['objective']!r} "
+                         "uses no labels.")
     policy, why = resolve_precision(config["precision"])  # an unknown name fails before anything starts
     _check_model_dir(model_dir, backup_dir, overwrite)
     created = not os.path.exists(model_dir)
@@ -254,7 +263,7 @@ def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, pr
     counter = EpochCounter(worker_backup)
     callbacks = [counter, keras.callbacks.TerminateOnNaN(),
                  keras.callbacks.BackupAndRestore(worker_backup, double_checkpoint=True)]
-    monitor = "val_accuracy" if val_ds is not None else "accuracy"
+    monitor = ("val_" if val_ds is not None else "") + ("explained" if config["objective"] == "align" else "accuracy")
     callbacks.append(BestModelCheckpoint(os.path.join(out_dir, "best.keras"), monitor, enabled=is_chief,
                                          save_target=model if fit_model is not model else None))
     callbacks.append(keras.callbacks.CSVLogger(os.path.join(out_dir, "history.csv"), append=True))
@@ -275,7 +284,7 @@ def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, pr
         test_loss, test_accuracy = (fit_model if config["objective"] == "mpp" else model).evaluate(test_ds, verbose=0)
     stopped = counter.epochs_completed < config["epochs"]
     details = {}
-    if is_chief and config["objective"] == "classify":  # per class, confusions, the worst images: files
+    if is_chief and config["objective"] != "mpp":  # per class, confusions, the worst images: files
         details = report.end_of_run_report(
             model, test_split, data_lib.make_dataset(test_split, size, batch, training=False,
                                                      with_index=True, **eval_kw), out_dir)
@@ -326,11 +335,23 @@ def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, pr
 
 def wrap_for_training(model, config, steps):
     """What `fit` trains: the model itself, a `Distiller` around it when the recipe names a teacher,
-    or the masked-patch-prediction wrapper for objective "mpp". Built in the strategy's scope."""
-    if config["objective"] not in ("classify", "mpp"):
-        raise ValueError(f"Unknown objective {config['objective']!r}; use 'classify' or 'mpp'.")
+    the masked-patch-prediction wrapper for objective "mpp", or for "align" the `TokenAligner` around the
+    model after it inherits the teacher's blocks. Built in the strategy's scope."""
+    if config["objective"] not in OBJECTIVES:
+        raise ValueError(f"Unknown objective {config['objective']!r}; use one of {OBJECTIVES}.")
     settings = config["distill"]
-    if config["objective"] == "mpp":
+    if config["objective"] == "align":
+        if not settings["teacher"]:
+            raise ValueError("objective 'align' regresses a teacher's tokens; name the teacher (--set teacher=PATH).")
+        from keras_vit.distill import TokenAligner, inherit_teacher, load_teacher
+
+        teacher = load_teacher(settings["teacher"], precision=settings["teacher_precision"])
+        inherited = inherit_teacher(model, teacher)  # a resumed run's backup then overwrites them all
+        log.info("inherited %d weights from the teacher %s (its %d blocks as the student's last); aligning the "
+                 "student's patch projection and first %d blocks to its tokens", len(inherited), settings["teacher"],
+                 len(teacher.blocks), len(model.blocks) - len(teacher.blocks))
+        wrapper = TokenAligner(model, teacher, name="align")
+    elif config["objective"] == "mpp":
         if settings["teacher"]:
             raise ValueError("objective 'mpp' pre-trains without labels; it takes no teacher (distill.teacher).")
         from keras_vit.masked import MaskedPatchPretrainer
