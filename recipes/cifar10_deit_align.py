@@ -15,7 +15,11 @@ recipes/cifar10_deit.py from it, trains all of it on labels and the teacher's ha
     keras-vit train recipes/cifar10_deit.py --set data=../shared/data/cifar10-jpeg.tgz \\
         --set init=runs/align/model.keras --set epochs=30 --set learning_rate=1e-3 --model-dir runs/deit_aligned
 
-Measured on the 10,000 test images and the budget: docs/small-data.md ("Starting from the teacher").
+Measured (one run each, 2 AVX512-BF16 cores, on the 10,000 test images): stage 1, 3 epochs, 158 s
+wall, 277 CPU s, reproduced 83.4% of the variance of the teacher's tokens on the validation images
+and classified 69.5% of the test images before any label; stage 2, 36 epochs, 4,157 s, 7,655 CPU s:
+84.0% (saved_models/deit_cifar10). Both: 1.07x the ViT recipe's budget, the teacher's forward passes
+included (docs/small-data.md, "Starting from the teacher").
 """
 
 

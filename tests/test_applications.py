@@ -23,6 +23,7 @@ SHIPPED = {
     "vit_cifar10": os.environ.get("KERAS_VIT_CIFAR10_MODEL", ROOT / "saved_models" / "vit_cifar10" / "model.keras"),
     "vit_cifar10_hybrid": ROOT / "saved_models" / "vit_cifar10_hybrid" / "model.keras",
     "vit_digits": ROOT / "saved_models" / "vit_digits" / "model.keras",
+    "deit_cifar10": ROOT / "saved_models" / "deit_cifar10" / "model.keras",
 }
 
 
@@ -163,7 +164,7 @@ def test_shipped_models_load_with_keras_and_tf_keras(name):
         model = load(path)
         assert isinstance(model, keras_vit.VisionTransformer) and model.include_top
         assert model.class_names is not None and len(model.class_names) == model.classes
-    if name.startswith("vit_cifar10"):
+    if "cifar10" in name:
         assert model.class_names == CIFAR10_CLASSES and model.image_size == (32, 32)
         files = sorted((DATA / "cifar10_sample").glob("*/*.jpg"))
         images = np.stack([keras_vit.load_image(f) for f in files])

@@ -492,7 +492,7 @@ def test_predict_on_real_photos_of_another_size(exports, capfd):
 
 
 SHIPPED_HYBRID = ROOT / "saved_models" / "vit_cifar10_hybrid" / "model.keras"
-HYBRID_EXPORTS = SHIPPED_HYBRID.parent / "exports"
+SHIPPED_DEIT = ROOT / "saved_models" / "deit_cifar10" / "model.keras"
 
 
 # Post-training int8 costs a ViT some agreement (LayerNorm, GELU and softmax activations); a broken
@@ -508,7 +508,8 @@ INT8_CHECK_IMAGES = 2000  # a seeded random fifth of the test set: +-0.7 points 
     # recipes/cifar10.py: 72.29% in float32; a stand-in named by KERAS_VIT_CIFAR10_MODEL has no bar
     (SHIPPED_CIFAR10, None if "KERAS_VIT_CIFAR10_MODEL" in os.environ else 0.72, 0.03),
     (SHIPPED_HYBRID, 0.85, 0.03),   # recipes/cifar10_hybrid.py: 85.78% in float32 (its aim: 85%)
-], ids=["vit", "hybrid"])
+    (SHIPPED_DEIT, 0.80, 0.03),     # the distilled ViT started from the hybrid's Transformer (issue 39's bar: 80%)
+], ids=["vit", "hybrid", "deit"])
 def test_shipped_cifar10_models_int8_on_the_test_set(tmp_path, shipped, min_accuracy, max_drop):
     """Each shipped CIFAR-10 model's accuracy on all 10,000 test images (in Keras, float32), and a fresh
     int8 export of it, calibrated on training images, against Keras on a random 2,000 of them."""
@@ -544,11 +545,14 @@ SHIPPED_EXPORTS = ROOT / "saved_models" / "vit_cifar10" / "exports"
     ("vit_cifar10_a16w8.tflite", None, 0.9),  # 97.7%
     ("vit_cifar10_hybrid.tflite", 1e-4, 1.0),
     ("vit_cifar10_hybrid_int8.tflite", None, 0.8),  # 98.4%
+    ("deit_cifar10.tflite", 1e-4, 1.0),
+    ("deit_cifar10_int8.tflite", None, 0.8),
 ])
 def test_shipped_cifar10_exports_still_match_the_shipped_model(name, max_diff, min_agreement):
     """The TFLite files in saved_models/ are the shipped model's, not a stale export of another."""
-    hybrid = name.startswith("vit_cifar10_hybrid")
-    shipped, path = (SHIPPED_HYBRID, HYBRID_EXPORTS / name) if hybrid else (SHIPPED_CIFAR10, SHIPPED_EXPORTS / name)
+    shipped = (SHIPPED_HYBRID if name.startswith("vit_cifar10_hybrid") else SHIPPED_DEIT if name.startswith("deit")
+               else SHIPPED_CIFAR10)
+    path = shipped.parent / "exports" / name if shipped is not SHIPPED_CIFAR10 else SHIPPED_EXPORTS / name
     if not path.exists() or not shipped.exists():
         pytest.skip(f"{path} or {shipped} is not in this checkout")
     files = sorted(str(p) for p in CIFAR10_SAMPLE.glob("*/*.jpg"))

@@ -20,6 +20,7 @@ SHIPPED_CIFAR10 = pathlib.Path(os.environ.get("KERAS_VIT_CIFAR10_MODEL",
                                               ROOT / "saved_models" / "vit_cifar10" / "model.keras"))
 SHIPPED_EXPORTS = ROOT / "saved_models" / "vit_cifar10" / "exports"
 HYBRID_EXPORTS = ROOT / "saved_models" / "vit_cifar10_hybrid" / "exports"
+DEIT_EXPORTS = ROOT / "saved_models" / "deit_cifar10" / "exports"
 
 
 def _model(class_names=NAMES):
@@ -215,9 +216,10 @@ def test_mediapipe_image_classifier_names_the_classes_of_the_shipped_model(tmp_p
 
 @pytest.mark.parametrize("name", ["vit_cifar10.tflite", "vit_cifar10_f16.tflite", "vit_cifar10_dynamic.tflite",
                                   "vit_cifar10_int8.tflite", "vit_cifar10_a16w8.tflite",
-                                  "vit_cifar10_hybrid.tflite", "vit_cifar10_hybrid_int8.tflite"])
+                                  "vit_cifar10_hybrid.tflite", "vit_cifar10_hybrid_int8.tflite",
+                                  "deit_cifar10.tflite", "deit_cifar10_int8.tflite"])
 def test_shipped_tflite_exports_carry_their_metadata(name):
-    path = (HYBRID_EXPORTS if "hybrid" in name else SHIPPED_EXPORTS) / name
+    path = (HYBRID_EXPORTS if "hybrid" in name else DEIT_EXPORTS if name.startswith("deit") else SHIPPED_EXPORTS) / name
     if not path.exists():
         pytest.skip(f"{path} is not in this checkout")
     meta = read_metadata(path)
