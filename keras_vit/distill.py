@@ -255,7 +255,7 @@ def head_accuracies(student: keras.Model, dataset: Iterable[Sequence[Tensor]]) -
 # takes the teacher's blocks as its last ones, and its first `extra` blocks start as the identity
 # (their residual branches' output projections zero), so that at the start the student is its own
 # patch projection followed by the teacher's Transformer. Aligning then trains only that front end.
-_RESIDUAL_OUTPUTS = ("/out/", "/mlp_dense2/")
+_RESIDUAL_OUTPUTS = ("out", "mlp_dense2")  # the attention's and the MLP's output projections
 
 
 def inherited_weights(teacher: dict[str, Any], student: dict[str, tuple[int, ...]],
@@ -309,7 +309,7 @@ def inherited_weights(teacher: dict[str, Any], student: dict[str, tuple[int, ...
                 if source_key not in teacher:
                     raise ValueError(f"{source} has no {source_key!r} for the student's {key!r}.")
                 take(key, teacher[source_key])
-            elif any(part in "/" + key for part in _RESIDUAL_OUTPUTS):
+            elif rest.split("/")[0] in _RESIDUAL_OUTPUTS:
                 plan[key] = np.zeros(shape, "float32")
         elif key in ("encoder_norm/gamma", "encoder_norm/beta", "head/kernel", "head/bias", "patch_encoder/cls"):
             take(key, teacher[key])

@@ -115,10 +115,7 @@ def train(config: dict[str, Any], model_dir: str | os.PathLike, backup_dir: str 
         check_rand_augment(config["randaugment"])  # before minutes of decoding, not after
     if config["class_weight"] not in (None, "balanced"):
         raise ValueError(f"class_weight must be None or 'balanced', got {config['class_weight']!r}.")
-    if config["objective"] not in OBJECTIVES:  # before minutes of decoding, not after
-        raise ValueError(f"Unknown objective {config['objective']!r}; use one of {OBJECTIVES}.")
-    if config["objective"] == "align" and not config["distill"]["teacher"]:
-        raise ValueError("objective 'align' regresses a teacher's tokens; name the teacher (--set teacher=PATH).")
+    _check_objective(config)  # before minutes of decoding, not after
     if config["class_weight"] and config["objective"] != "classify":
         raise ValueError(f"class_weight weighs the classes of the labels; objective {config['objective']!r} "
                          "uses no labels.")
@@ -333,16 +330,24 @@ def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, pr
     return metrics
 
 
+def _check_objective(config):
+    """Refuses an unknown objective, and a teacher where the objective needs one or takes none."""
+    objective, teacher = config["objective"], config["distill"]["teacher"]
+    if objective not in OBJECTIVES:
+        raise ValueError(f"Unknown objective {objective!r}; use one of {OBJECTIVES}.")
+    if objective == "align" and not teacher:
+        raise ValueError("objective 'align' regresses a teacher's tokens; name the teacher (--set teacher=PATH).")
+    if objective == "mpp" and teacher:
+        raise ValueError("objective 'mpp' pre-trains without labels; it takes no teacher (distill.teacher).")
+
+
 def wrap_for_training(model, config, steps):
     """What `fit` trains: the model itself, a `Distiller` around it when the recipe names a teacher,
     the masked-patch-prediction wrapper for objective "mpp", or for "align" the `TokenAligner` around the
     model after it inherits the teacher's blocks. Built in the strategy's scope."""
-    if config["objective"] not in OBJECTIVES:
-        raise ValueError(f"Unknown objective {config['objective']!r}; use one of {OBJECTIVES}.")
+    _check_objective(config)
     settings = config["distill"]
     if config["objective"] == "align":
-        if not settings["teacher"]:
-            raise ValueError("objective 'align' regresses a teacher's tokens; name the teacher (--set teacher=PATH).")
         from keras_vit.distill import TokenAligner, inherit_teacher, load_teacher
 
         teacher = load_teacher(settings["teacher"], precision=settings["teacher_precision"])
@@ -352,8 +357,6 @@ def wrap_for_training(model, config, steps):
                  len(teacher.blocks), len(model.blocks) - len(teacher.blocks))
         wrapper = TokenAligner(model, teacher, name="align")
     elif config["objective"] == "mpp":
-        if settings["teacher"]:
-            raise ValueError("objective 'mpp' pre-trains without labels; it takes no teacher (distill.teacher).")
         from keras_vit.masked import MaskedPatchPretrainer
 
         wrapper = MaskedPatchPretrainer(model, **config["mpp"], seed=config["seed"], name="mpp")
