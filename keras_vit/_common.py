@@ -3,9 +3,11 @@ misspelled keywords refused with the nearest valid one."""
 
 import functools
 import inspect
+import numbers
 from typing import Any, Sequence, TypeAlias
 
 import keras
+import numpy as np
 
 from keras_vit._files import nearest
 
@@ -20,17 +22,31 @@ Shape: TypeAlias = Sequence[Any]
 register = keras.saving.register_keras_serializable(package="keras_vit")
 
 
+def is_int(value: Any) -> bool:
+    """Whether `value` is an integer (a Python or NumPy int; not a bool, a float or a string)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """`repr(value)` for an error message, cut after `limit` characters (a hostile value can be huge)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def to_pair(value, what):
-    """Turns an int or a pair into a (height, width) tuple of positive ints."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        pair = (value, value)
+    """Turns an int or a pair into a (height, width) tuple of positive ints; anything else (a string, a
+    float, a bool, another length) is a ValueError naming `what` and the value."""
+    if is_int(value):
+        pair = (int(value), int(value))
+    elif isinstance(value, (str, bytes)) or not hasattr(value, "__iter__") or hasattr(value, "keys"):
+        raise ValueError(f"{what} must be an int or a pair (h, w), got {shown(value)}.")
     else:
-        try:
-            pair = tuple(int(v) for v in value)
-        except TypeError:
-            raise ValueError(f"{what} must be an int or a pair (h, w), got {value!r}.") from None
+        pair = tuple(value)
+        if not all(is_int(v) for v in pair):
+            raise ValueError(f"{what} must be an int or a pair (h, w) of ints, got {shown(value)}.")
+        pair = tuple(int(v) for v in pair)
     if len(pair) != 2 or min(pair) < 1:
-        raise ValueError(f"{what} must be a positive int or a pair (h, w), got {value!r}.")
+        raise ValueError(f"{what} must be a positive int or a pair (h, w), got {shown(value)}.")
     return pair
 
 

@@ -17,11 +17,13 @@ import zipfile
 
 from keras_vit._common import refuse_unknown_keywords
 from keras_vit._files import atomic_path
-from keras_vit.config import ViTConfig
+from keras_vit.config import ViTConfig, field_names
 
 # The official format's names, re-exported where callers have always found them.
 from keras_vit.formats._assign import check_channels, describe_changes  # noqa: F401
+from keras_vit.formats._headers import check_memory
 from keras_vit.formats._torch import PICKLE_SUFFIXES, refuse_pickle
+from keras_vit.formats.keras_files import check_keras_archive, check_sizes, h5_shapes
 from keras_vit.formats.official import (  # noqa: F401
     LAYOUTS,
     POSEMB_KEY,
@@ -125,6 +127,7 @@ def load_keras_model(path):
         raise ValueError(f"{path} is not a .keras model file (save models with model.save('name.keras')).")
     if not zipfile.is_zipfile(path):  # Keras would report a bad archive as "File not found"
         raise ValueError(f"{path} is not a .keras model archive (not a zip file).")
+    check_keras_archive(path)  # the config against the weights' headers: Keras would build first
     try:
         model = keras.models.load_model(path, compile=False, safe_mode=True)
     except Exception as e:  # Keras raises many types for a bad archive; all mean the same here
@@ -152,20 +155,25 @@ def _model_at_saved_size(model, path):
     """A twin of `model` at the image size whose position embeddings a .weights.h5 holds."""
     import h5py
 
-    found = []
-    with h5py.File(path, "r") as f:
+    try:
+        f = h5py.File(path, "r")
+    except Exception as e:  # h5py: OSError for a file that is no HDF5
+        raise ValueError(f"{path} is not a readable .weights.h5 file ({e}).") from None
+    with f:
         first_conv = f.get("layers/std_conv2d/vars/0" if model.resnet else "layers/patch_encoder/projection/vars/0")
         if isinstance(first_conv, h5py.Dataset) and len(first_conv.shape) == 4:
             check_channels(model, first_conv.shape[2], path)
-        f.visititems(lambda name, obj: found.append(obj.shape)
-                     if isinstance(obj, h5py.Dataset) and "patch_encoder" in name and len(obj.shape) == 3
-                     and obj.shape[0] == 1 and obj.shape[1] > 1 else None)
+        shapes = h5_shapes(f, path)
+    found = [s for k, s in shapes.items() if "patch_encoder" in k and len(s) == 3 and s[0] == 1 and s[1] > 1]
     if not found:
         raise ValueError(f"{path} holds no keras-vit position embeddings (patch_encoder).")
-    grid = stored_grid(model, found[0][1])
+    grid = stored_grid(model, found[-1][1])
     stride = (model.image_size[0] // model.patch_encoder.grid_size[0],
               model.image_size[1] // model.patch_encoder.grid_size[1])
     config = dict(model.get_config(), image_size=(grid[0] * stride[0], grid[1] * stride[1]))
+    saved = ViTConfig(**{k: v for k, v in config.items() if k in field_names()})
+    check_sizes(saved, shapes, path)  # the twin the file's shapes describe, before it is built
+    check_memory(saved, path)
     return type(model).from_config(config)
 
 

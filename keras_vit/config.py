@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
+import numbers
 from typing import Any
 
-from keras_vit._common import check_keywords
+import numpy as np
+
+from keras_vit._common import check_keywords, is_int, shown
 from keras_vit._common import to_pair as _pair
 from keras_vit.images import view_policy
 from keras_vit.layers import PREFIX_POSEMB, check_mlp_activation, grid_size
@@ -21,6 +25,15 @@ from keras_vit.stem import ROOTS, check_first_stride, check_norm, stem_stride
 
 CLASSIFIERS = ("token", "gap")
 POOLINGS = ("token", "gap", "avg", "max", "map", "unpooled")
+# Bounds far beyond any published ViT (ViT-22B: width 6144, MLP 24576, depth 48, 48 heads, 22B parameters)
+# and low enough that a mistyped or hostile value is refused before a layer allocates anything.
+MAX_WIDTH = 2**17  # hidden_size, mlp_dim, representation_size
+MAX_DEPTH = 2**12
+MAX_TOKENS = 2**20  # patch grid cells at image_size (a 16384 x 16384 image in 16 x 16 patches)
+MAX_CLASSES = 2**24
+MAX_CHANNELS = 2**12
+MAX_REGISTERS = 2**12
+MAX_PARAMETERS = 2**36  # 69 billion
 # The fields a preset fixes (presets.py's `sizes`); a model differing in one is not that variant.
 SIZE_ARGS = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "resnet")
 
@@ -240,6 +253,17 @@ class ViTConfig:
         """The tokens before the patches: class, distillation and register tokens."""
         return int(self.classifier == "token") + int(self.distillation) + self.register_tokens
 
+    @property
+    def parameter_count(self) -> int:
+        """The number of values in the model's weights (`model.count_params()`), counted from the fields
+        alone: what building it would allocate, known before anything is built.
+
+        Example:
+        >>> ViTConfig.from_preset("B/16").parameter_count  # ViT-B/16 at 224 px with a 1000-class head
+        86567656
+        """
+        return _parameter_count(self)
+
 
 def _refuse_unknown_fields(init):
     """The dataclass's __init__, refusing a misspelled field by `check_keywords` (naming the field meant)
@@ -267,7 +291,26 @@ def _check(c, set_):
     and normalized with `set_(name, value)`."""
     set_("image_size", _pair(c.image_size, "image_size"))
     set_("patch_size", _pair(c.patch_size, "patch_size"))
-    set_("dynamic_image_size", bool(c.dynamic_image_size))
+    for what, low, high in (("hidden_size", 1, MAX_WIDTH), ("num_layers", 0, MAX_DEPTH), ("num_heads", 1, MAX_WIDTH),
+                            ("mlp_dim", 1, MAX_WIDTH), ("register_tokens", 0, MAX_REGISTERS),
+                            ("channels", 1, MAX_CHANNELS)):
+        set_(what, _integer(getattr(c, what), what, low, high))
+    if c.representation_size is not None:
+        set_("representation_size", _integer(c.representation_size, "representation_size", 1, MAX_WIDTH))
+    if c.classes is not None and c.include_top is not False:
+        set_("classes", _integer(c.classes, "classes", 1 if c.include_top else 0, MAX_CLASSES))
+    for what in ("include_top", "approximate_gelu", "fc_norm", "distillation", "pre_norm", "patch_bias",
+                 "relative_position_bias", "absolute_position_embeddings", "dynamic_image_size"):
+        set_(what, _flag(getattr(c, what), what))
+    for what in ("dropout_rate", "attention_dropout_rate", "drop_path_rate", "layer_norm_epsilon", "crop_pct"):
+        set_(what, _real(getattr(c, what), what))
+    if c.layer_scale is not None:
+        set_("layer_scale", _real(c.layer_scale, "layer_scale"))
+    for what in ("classifier", "posemb_resample", "interpolation", "prefix_posemb", "attention_implementation"):
+        if not isinstance(getattr(c, what), str):
+            raise ValueError(f"{what} must be a string, got {getattr(c, what)!r} ({type(getattr(c, what)).__name__}).")
+    if c.layer_norm_epsilon <= 0:
+        raise ValueError(f"layer_norm_epsilon must be positive, got {c.layer_norm_epsilon}.")
     if c.variant is not None:
         set_("variant", _check_variant(c.variant, c))
     set_("pixel_mean", _pixel_stats(c.pixel_mean, "pixel_mean"))
@@ -289,19 +332,11 @@ def _check(c, set_):
         raise ValueError(f"Unknown pooling {c.pooling!r}; use None or one of {POOLINGS}.")
     if c.pooling == "token" and c.classifier != "token":
         raise ValueError(f"pooling='token' needs a class token, but classifier={c.classifier!r} has none.")
-    if int(c.hidden_size) % int(c.num_heads):
+    if c.hidden_size % c.num_heads:
         raise ValueError(f"hidden_size {c.hidden_size} is not divisible by num_heads {c.num_heads}.")
-    if c.classes is not None and c.include_top and int(c.classes) < 1:
-        raise ValueError(f"classes must be a positive int when include_top=True, got {c.classes}.")
     for what in ("dropout_rate", "attention_dropout_rate", "drop_path_rate"):
-        if not 0.0 <= float(getattr(c, what)) < 1.0:
+        if not 0.0 <= getattr(c, what) < 1.0:
             raise ValueError(f"{what} must be in [0, 1), got {getattr(c, what)}.")
-        set_(what, float(getattr(c, what)))
-    for what in ("hidden_size", "num_layers", "num_heads", "mlp_dim"):
-        set_(what, int(getattr(c, what)))
-    for what in ("include_top", "approximate_gelu", "fc_norm", "distillation", "pre_norm", "patch_bias",
-                 "relative_position_bias", "absolute_position_embeddings"):
-        set_(what, bool(getattr(c, what)))
     if c.relative_position_bias or not c.absolute_position_embeddings:
         clash = [f"{k}={getattr(c, k)!r}" for k, ok in (("classifier", c.classifier == "token"),
                                                        ("distillation", not c.distillation),
@@ -311,11 +346,6 @@ def _check(c, set_):
         if clash:
             raise ValueError(f"relative_position_bias / absolute_position_embeddings=False (BEiT: a class token, "
                              f"one patch grid) do not go with {', '.join(clash)}.")
-    if c.layer_scale is not None:
-        set_("layer_scale", float(c.layer_scale))
-    set_("register_tokens", int(c.register_tokens))
-    if c.register_tokens < 0:
-        raise ValueError(f"register_tokens must be >= 0, got {c.register_tokens}.")
     if c.prefix_posemb not in PREFIX_POSEMB:
         raise ValueError(f"Unknown prefix_posemb {c.prefix_posemb!r}; use one of {PREFIX_POSEMB}.")
     set_("mlp_activation", check_mlp_activation(c.mlp_activation))
@@ -331,15 +361,15 @@ def _check(c, set_):
             raise ValueError(f"distillation=True (DeiT: class and distillation tokens, one head on each) does not "
                              f"go with {', '.join(clash)}; use classifier='token', representation_size=None "
                              "(or include_top=False), fc_norm=False.")
-    set_("layer_norm_epsilon", float(c.layer_norm_epsilon))
-    c.grid  # noqa: B018 - refuses an image size that is not a multiple of the effective patch
-    try:
-        valid = not isinstance(c.channels, bool) and int(c.channels) == c.channels and c.channels >= 1
-    except (TypeError, ValueError):
-        valid = False
-    if not valid:
-        raise ValueError(f"channels must be a positive int (3 for RGB), got {c.channels!r}.")
-    set_("channels", int(c.channels))
+    gh, gw = c.grid  # refuses an image size that is not a multiple of the effective patch
+    if gh * gw > MAX_TOKENS:
+        raise ValueError(f"image_size {c.image_size} with patch_size {c.patch_size} makes a {gh}x{gw} grid, "
+                         f"{gh * gw:,} tokens; keras-vit builds at most {MAX_TOKENS:,} (give a smaller image_size).")
+    count = _parameter_count(c)
+    if count > MAX_PARAMETERS:
+        raise ValueError(f"this config describes a model of {count:,} parameters (hidden_size {c.hidden_size}, "
+                         f"num_layers {c.num_layers}, mlp_dim {c.mlp_dim}, a {gh}x{gw} grid); keras-vit builds at most "
+                         f"{MAX_PARAMETERS:,}.")
 
 
 def normalize_resnet(resnet: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -351,10 +381,15 @@ def normalize_resnet(resnet: dict[str, Any] | None) -> dict[str, Any] | None:
             "resnet must be None or a dict(num_layers=(3, 4, 9), width_factor=1, root='bit', norm='group', "
             f"first_stride=1), got {resnet!r}."
         )
-    num_layers = tuple(int(n) for n in resnet.get("num_layers", (3, 4, 9)))
-    if any(n < 1 for n in num_layers):
-        raise ValueError(f"resnet num_layers must be positive unit counts per stage, got {num_layers}.")
-    normalized = {"num_layers": num_layers, "width_factor": resnet.get("width_factor", 1)}
+    num_layers = resnet.get("num_layers", (3, 4, 9))
+    if (isinstance(num_layers, (str, bytes, dict)) or not hasattr(num_layers, "__iter__")
+            or len(num_layers := tuple(num_layers)) > 8 or not all(is_int(n) and 1 <= n <= MAX_DEPTH for n in num_layers)):
+        raise ValueError(f"resnet num_layers must be up to 8 positive unit counts per stage, got {num_layers!r}.")
+    width_factor = resnet.get("width_factor", 1)
+    if (isinstance(width_factor, (bool, np.bool_)) or not isinstance(width_factor, (int, float))
+            or not 0 < width_factor <= 64 or int(64 * width_factor) < 1):
+        raise ValueError(f"resnet width_factor must be a number in (0, 64] (1 for BiT-R50), got {width_factor!r}.")
+    normalized = {"num_layers": tuple(int(n) for n in num_layers), "width_factor": width_factor}
     root = resnet.get("root", "bit")
     if root not in ROOTS:
         raise ValueError(f"resnet root must be one of {sorted(ROOTS)}, got {root!r}.")
@@ -394,7 +429,96 @@ def _check_variant(variant, c):
 
 
 def _pixel_stats(values, what):
-    values = tuple(float(v) for v in (values if hasattr(values, "__len__") else (values,) * 3))
+    if isinstance(values, (str, bytes, dict)):
+        raise ValueError(f"{what} must be 3 numbers (R, G, B), got {values!r}.")
+    values = tuple(_real(v, what) for v in (values if hasattr(values, "__len__") else (values,) * 3))
     if len(values) != 3:
         raise ValueError(f"{what} must be 3 numbers (R, G, B), got {values}.")
     return values
+
+
+def _integer(value, what, low, high):
+    """`value` as an int in [low, high], else a ValueError naming `what`: a string, a float or a bool is no
+    int (JSON's "2" or 2.5 is a mistake to name, not to round)."""
+    positive = "a positive int" + (" (3 for RGB)" if what == "channels" else "")
+    if not is_int(value):
+        kind = positive if low == 1 else "an int >= 0"
+        raise ValueError(f"{what} must be {kind}, got {shown(value)} ({type(value).__name__}).")
+    if value < low:
+        raise ValueError(f"{what} must be {positive if low == 1 else '>= 0'}, got {value}.")
+    if value > high:
+        raise ValueError(f"{what} must be at most {high:,} (far beyond any published ViT), got {value:,}.")
+    return int(value)
+
+
+def _flag(value, what):
+    if isinstance(value, (bool, np.bool_)) or is_int(value) and value in (0, 1):
+        return bool(value)
+    raise ValueError(f"{what} must be True or False, got {shown(value)} ({type(value).__name__}).")
+
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _real(value, what):
+    """`value` as a float the float32 variables it initializes can hold, else a ValueError naming `what`."""
+    try:
+        size = None if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) else abs(float(value))
+    except OverflowError:  # an int beyond any float
+        size = math.inf
+    if size is None or not math.isfinite(size):
+        raise ValueError(f"{what} must be a finite number, got {shown(value)} ({type(value).__name__}).")
+    if size > _FLOAT32_MAX:
+        raise ValueError(f"{what} must fit in float32 (at most {_FLOAT32_MAX:.4g} in size), got {shown(value)}.")
+    return float(value)
+
+
+def _parameter_count(c):
+    """ViTConfig.parameter_count: every variable the model's layers create, by the layers' own rules."""
+    d, m = c.hidden_size, c.mlp_dim
+    dense = lambda n_in, n_out: n_in * n_out + n_out  # noqa: E731
+    count, features = 0, c.channels
+    if c.resnet is not None:
+        count, features = _stem_parameters(c.resnet, c.channels)
+    ph, pw = c.patch_size
+    count += ph * pw * features * d + d * c.patch_bias
+    count += d * (int(c.classifier == "token") + int(c.distillation) + c.register_tokens)
+    if c.absolute_position_embeddings:
+        posemb_prefix = {"all": c.num_prefix_tokens, "none": 0,
+                         "class": int(c.classifier == "token") + int(c.distillation)}[c.prefix_posemb]
+        count += (posemb_prefix + c.grid[0] * c.grid[1]) * d
+    count += 2 * d * c.pre_norm
+    width = 2 * m if c.mlp_activation == "swiglu" else m
+    block = 2 * 2 * d + 4 * dense(d, d) + dense(d, width) + dense(m, d) + 2 * d * (c.layer_scale is not None)
+    if c.relative_position_bias:
+        gh, gw = c.grid
+        block += ((2 * gh - 1) * (2 * gw - 1) + 3) * c.num_heads
+    count += c.num_layers * block
+    count += 2 * d  # encoder_norm, or fc_norm after pooling
+    if (c.pooling or c.classifier) == "map":
+        count += d + 4 * dense(d, d) + 2 * d + dense(d, m) + dense(m, d)
+    pooled = d
+    if c.representation_size is not None:
+        count += dense(d, c.representation_size)
+        pooled = c.representation_size
+    if c.include_top:
+        count += dense(pooled, c.classes) * (2 if c.distillation else 1)
+    return count
+
+
+def _stem_parameters(resnet, channels):
+    """(parameters, output channels) of the BiT stem (stem.py): convolutions without bias, two values per
+    GroupNorm channel, four per BatchNorm channel (its moving statistics are weights too)."""
+    norm = 4 if resnet.get("norm", "group") == "batch" else 2
+    width = int(64 * resnet.get("width_factor", 1))
+    kernel = 7 if resnet.get("root", "bit") == "bit" else 3
+    count, features = kernel * kernel * channels * width + norm * width, width
+    for i, units in enumerate(resnet["num_layers"]):
+        mid = width * 2**i
+        for j in range(units):
+            stride = (2 if i > 0 else resnet.get("first_stride", 1)) if j == 0 else 1
+            if features != 4 * mid or stride != 1:
+                count += features * 4 * mid + norm * 4 * mid
+            count += features * mid + 9 * mid * mid + mid * 4 * mid + norm * (mid + mid + 4 * mid)
+            features = 4 * mid
+    return count, features

@@ -22,6 +22,15 @@ from keras_vit._files import atomic_path, is_hub_name
 from keras_vit.checkpoints import convert_checkpoint
 from keras_vit.formats import official, timm, transformers
 from keras_vit.formats._assign import ArraySource, load_into
+from keras_vit.formats._headers import (
+    check_args,
+    check_config,
+    check_memory,
+    check_parameters,
+    config_of,
+    read_sizes,
+)
+from keras_vit.formats._safetensors import open_safetensors
 from keras_vit.formats._torch import (  # noqa: F401
     HALF,
     IMAGENET_MEAN,
@@ -80,9 +89,15 @@ def _locate(path):
         if os.path.isfile(single):
             files = [single]
         elif os.path.isfile(index):
-            shards = sorted(set(read_json(index).get("weight_map", {}).values()))
+            weight_map = read_json(index).get("weight_map", {})
+            if not isinstance(weight_map, dict) or not all(isinstance(s, str) for s in weight_map.values()):
+                raise ValueError(f"{index}: weight_map must be an object {{tensor name: shard file name}}.")
+            shards = sorted(set(weight_map.values()))
             if not shards:
                 raise ValueError(f"{index} has no weight_map.")
+            outside = [s for s in shards if os.path.basename(s) != s or s in ("", ".", "..")]
+            if outside:
+                raise ValueError(f"{index} names shard {outside[0][:200]!r}, not a file beside it.")
             files = [os.path.join(folder, s) for s in shards]
         else:
             pickles = sorted(f for f in os.listdir(folder) if f.endswith(PICKLE_SUFFIXES))
@@ -132,7 +147,7 @@ class _Checkpoint:
                 raise
             return
         where = os.path.join(os.path.dirname(os.path.abspath(files[0])), "config.json")
-        tensors = read_tensors(files)
+        tensors = open_safetensors(files)  # the headers, checked against the file; no array read yet
         if fmt == "timm":
             self.args, self.qkv_bias = timm.args_from_config(config, tensors, where)
         else:
@@ -140,6 +155,14 @@ class _Checkpoint:
             pre = os.path.join(os.path.dirname(where), "preprocessor_config.json")
             self.args, self.qkv_bias = transformers.args_from_config(
                 config, tensors, where, read_json(pre) if os.path.isfile(pre) else None)
+        # The config against the weights' shapes, before anything is built from it.
+        scheme = timm.SCHEME if fmt == "timm" else transformers.SCHEME
+        shapes = {k: tuple(v.shape) for k, v in tensors.items() if not k.startswith(transformers.SKIPPED)}
+        found = read_sizes(shapes, scheme)
+        check_args(self.args, found, where, scheme)
+        saved = config_of(self.args, where)
+        check_config(saved, found, where, scheme)
+        check_parameters(saved, shapes, where)
         self.tensors = tensors
 
     def load(self, model, resample):
@@ -274,6 +297,10 @@ def _build_and_load(checkpoint, path, resample, variant, overrides):
         if fmt != "official":
             raise ValueError(f"{path} is a {fmt} checkpoint: its config gives the sizes; variant is for .npz files.")
         args.update(VARIANTS[canonical_variant(variant)])
+        if args.get("image_size") is not None:  # the variant's sizes against the file's, before building it
+            shapes = {k: v[0] for k, v in checkpoint.archive.index.items()}
+            check_config(config_of(args, f"{path} as variant {variant!r}"), read_sizes(shapes, official.SCHEME),
+                         f"{path} as variant {variant!r}", official.SCHEME)
     if args.get("image_size") is None and "image_size" not in overrides:
         raise ValueError(f"{path}: the position embeddings are not on a square grid; pass image_size=(H, W).")
     if "classes" in overrides and overrides["classes"] != args.get("classes"):
@@ -284,7 +311,9 @@ def _build_and_load(checkpoint, path, resample, variant, overrides):
     args.update(overrides)
     if args.get("class_names") is None:
         args.pop("class_names", None)
-    model = VisionTransformer(ViTConfig(**args))
+    config = ViTConfig(**args)
+    check_memory(config, str(path))
+    model = VisionTransformer(config)
     log.info("built a %s ViT (%s) from %s: %dx%d images, %d classes", fmt, _sizes_text(model), path,
              *model.image_size, model.classes if model.include_top else 0)
     checkpoint.load(model, resample or ("official" if fmt == "official" else model.posemb_resample))

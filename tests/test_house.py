@@ -118,6 +118,7 @@ FLOORS = {
     "keras_vit.masked": 3,
     "keras_vit.formats": 3, "keras_vit.formats._assign": 3, "keras_vit.formats._torch": 3,
     "keras_vit.formats.official": 3, "keras_vit.formats.timm": 3, "keras_vit.formats.transformers": 3,
+    "keras_vit.formats._safetensors": 3, "keras_vit.formats._headers": 3, "keras_vit.formats.keras_files": 3,
     "keras_vit.applications": 4, "keras_vit.data": 4, "keras_vit.loading": 4, "keras_vit.factory": 4,
     "keras_vit.analysis": 4,
     "keras_vit.serving": 5, "keras_vit.onnx": 5, "keras_vit.export": 5,

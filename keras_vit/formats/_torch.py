@@ -12,7 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from keras_vit._common import is_int, shown
 from keras_vit.formats._assign import KeyTable
+from keras_vit.formats._safetensors import open_safetensors
 from keras_vit.posemb import resize_relative_position_bias_table, table_grid
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -56,32 +58,71 @@ def require_safetensors():
     return st
 
 
+# The largest config.json (or preprocessor_config.json, index) read: an ImageNet-21k id2label is ~1 MB.
+MAX_JSON_BYTES = 64 * 2**20
+
+
 def read_json(path):
+    """A JSON object from `path`; a file that is too big, not JSON, nested too deep for the parser or not
+    an object is a ValueError naming the file."""
     try:
+        size = os.path.getsize(path)
+        if size > MAX_JSON_BYTES:
+            raise ValueError(f"{path} has {size:,} bytes; a config keras-vit reads has at most {MAX_JSON_BYTES:,}.")
         with open(path, encoding="utf-8") as f:
             config = json.load(f)
+    except RecursionError:
+        raise ValueError(f"{path} is not a readable JSON file: it is nested too deep to parse.") from None
     except (OSError, ValueError) as e:
+        if str(e).startswith(str(path)):
+            raise
         raise ValueError(f"{path} is not a readable JSON file: {e}.") from None
     if not isinstance(config, dict):
         raise ValueError(f"{path} holds {type(config).__name__}, not a config object.")
     return config
 
 
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def integer(value, name, where):
+    """A config value that must be an int (JSON's 2, not "2", 2.0 or true), else a ValueError naming the file
+    and the field."""
+    if not is_int(value):
+        raise ValueError(f"{where}: {name}={shown(value)} must be an integer, not {type(value).__name__}.")
+    return int(value)
+
+
+def number(value, name, where):
+    """A config value that must be a finite number float32 can hold."""
+    try:
+        ok = not isinstance(value, bool) and isinstance(value, (int, float)) and abs(float(value)) <= FLOAT32_MAX
+    except OverflowError:  # an int beyond any float
+        ok = False
+    if not ok:
+        raise ValueError(f"{where}: {name}={shown(value)} must be a finite number (float32's range), not "
+                         f"{type(value).__name__}.")
+    return float(value)
+
+
+def flag(value, name, where):
+    """A config value that must be true or false (JSON's booleans; None as false)."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    raise ValueError(f"{where}: {name}={shown(value)} must be true or false, not {type(value).__name__}.")
+
+
+def numbers_of(value, name, where, count=None):
+    """A config value that must be a list of finite numbers (`count` of them, where given)."""
+    if not isinstance(value, (list, tuple)) or count is not None and len(value) != count:
+        raise ValueError(f"{where}: {name}={shown(value)} must be a list of {count or 'some'} numbers.")
+    return tuple(number(v, name, where) for v in value)
+
+
 def read_tensors(files):
-    """{name: array} of safetensors files, each opened once."""
-    st = require_safetensors()
-    tensors = {}
-    for file in files:
-        if not os.path.isfile(file):
-            raise FileNotFoundError(f"No checkpoint file at {file}.")
-        try:
-            part = st.load_file(file)
-        except Exception as e:  # a truncated header, a dtype numpy has no type for (bfloat16)
-            hint = (" (NumPy has no bfloat16: save the weights in float32 or float16)" if "bfloat16" in str(e).lower()
-                or "bf16" in str(e).lower() else "")
-            raise ValueError(f"{file} is not a safetensors file NumPy can read: {e}{hint}.") from None
-        tensors.update(part)
-    return tensors
+    """{name: array} of safetensors files, headers checked first (`_safetensors.open_safetensors`),
+    every array read."""
+    return {key: np.asarray(value) for key, value in open_safetensors(files).items()}
 
 
 def class_names(names, count, descriptions=None):
@@ -91,12 +132,12 @@ def class_names(names, count, descriptions=None):
             names = [names[k] for k in sorted(names, key=int)]
         except (ValueError, KeyError):
             return None
-    if not names or len(names) != count:
+    if not isinstance(names, (list, tuple)) or not names or len(names) != count:
         return None
     names = [str(n) for n in names]
     if all(re.fullmatch(r"LABEL_\d+", n) for n in names):  # transformers' placeholders
         return None
-    if descriptions:
+    if isinstance(descriptions, dict) and descriptions:
         names = [str(descriptions.get(n, n)) for n in names]
     return names
 

@@ -9,6 +9,7 @@ before the first assignment, its arrays read one at a time from the same open ar
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import zipfile
@@ -20,6 +21,7 @@ from keras_vit._common import check_keywords, refuse_unknown_keywords
 from keras_vit._files import atomic_path
 from keras_vit.config import ViTConfig
 from keras_vit.formats._assign import ArraySource, KeyTable, check_channels, load_into
+from keras_vit.formats._headers import Scheme
 from keras_vit.formats._torch import refuse_pickle
 from keras_vit.models import VisionTransformer, vit_keywords
 from keras_vit.posemb import infer_grid
@@ -176,10 +178,15 @@ class NpzArchive:
                     reader = (np.lib.format.read_array_header_1_0 if version == (1, 0)
                               else np.lib.format.read_array_header_2_0)
                     shape, _, dtype = reader(f)
+                    header = f.tell()
             except Exception as e:  # truncated members, bad headers
                 raise ValueError(f"{self.path}: cannot read the header of array {key!r}: {e}.") from None
             if dtype.hasobject:
                 raise ValueError(f"{self.path}: array {key!r} holds Python objects; keras-vit never unpickles.")
+            want = header + math.prod(shape) * dtype.itemsize
+            if info.file_size != want:  # a header that lies about its array: refused before anything is sized by it
+                raise ValueError(f"{self.path}: the header of array {key!r} says shape {tuple(shape)} of {dtype} "
+                                 f"({want - header:,} bytes), but its member holds {info.file_size - header:,} bytes.")
             index[key] = (tuple(shape), dtype)
         if not index:
             raise ValueError(f"{self.path} holds no arrays.")
@@ -300,6 +307,13 @@ def save_official_npz(model: keras.Model, path: str | os.PathLike, *, layout: st
 
 
 # -- configs ---------------------------------------------------------------------------------
+
+# Where the official layout keeps the arrays that tell the sizes (formats/_headers.py).
+SCHEME = Scheme(layout="keras", patch=r"embedding/kernel", block=r"Transformer/encoderblock_(\d+)/",
+                mlp=r"Transformer/encoderblock_0/MlpBlock_\d/Dense_0/kernel", posemb=re.escape(POSEMB_KEY),
+                heads=(r"Transformer/encoderblock_0/MultiHeadDotProductAttention_\d/query/kernel", 1),
+                head=r"head/kernel", pre_logits=r"pre_logits/kernel")
+
 
 def args_from_shapes(index, path):
     """VisionTransformer arguments read off an official .npz's array headers ({key: (shape, dtype)})."""

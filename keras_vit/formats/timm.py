@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 import re
 
+from keras_vit._common import shown
+from keras_vit.formats._headers import Scheme
 from keras_vit.formats._torch import (
     HALF,
     IMAGENET_MEAN,
@@ -19,6 +21,10 @@ from keras_vit.formats._torch import (
     MISSING_FEATURES,
     TorchTable,
     class_names,
+    flag,
+    integer,
+    number,
+    numbers_of,
     round_trip_problems,
 )
 from keras_vit.formats._torch import unsavable as unsavable_common
@@ -48,6 +54,16 @@ _FAMILY_STATS = {"deit_distilled": (IMAGENET_MEAN, IMAGENET_STD), "dinov2": (IMA
 TIMM_RESAMPLE = "torch_bicubic_antialias"
 
 
+# Where timm keeps the arrays that tell the sizes (formats/_headers.py), and its names for them.
+SCHEME = Scheme(layout="torch", patch=r"patch_embed\.proj\.weight", block=r"blocks\.(\d+)\.",
+                mlp=r"blocks\.0\.mlp\.fc1\.weight", posemb=r"pos_embed",
+                heads=(r"blocks\.0\..*relative_position_bias_table", 1), head=r"head\.weight",
+                registers=r"reg_token",
+                names={"hidden_size": "embed_dim", "num_layers": "depth", "mlp": "mlp_ratio",
+                       "position_tokens": "img_size / pretrained_cfg input_size", "classes": "num_classes",
+                       "register_tokens": "reg_tokens"})
+
+
 def claims(config):
     """Whether a config.json is timm's (it names an `architecture`)."""
     return "architecture" in config
@@ -62,40 +78,48 @@ def family(arch, where):
         return found
     prefix = arch.split("_")[0]
     missing = MISSING_FEATURES.get(prefix) or MISSING_FEATURES.get(arch.split("_patch")[0].split("_")[0])
-    raise ValueError(f"{where}: unsupported timm architecture {arch!r}"
+    raise ValueError(f"{where}: unsupported timm architecture {shown(arch)}"
                      + (f": keras-vit lacks its {missing}" if missing else "")
                      + f"; keras-vit reads {', '.join(TIMM_ARCHITECTURES)} (with any model_args it supports).")
 
 
 def args_from_config(config, tensors, where):
     """(VisionTransformer arguments, qkv_bias) of a timm config.json."""
-    arch = str(config["architecture"]).split(".")[0]
+    if not isinstance(config["architecture"], str):
+        raise ValueError(f"{where}: architecture={shown(config['architecture'])} must be a timm model name (a string).")
+    arch = config["architecture"].split(".")[0]
     name, match = family(arch, where)
+    for part in ("model_args", "pretrained_cfg"):
+        if not isinstance(config.get(part) or {}, dict):
+            raise ValueError(f"{where}: {part} must be an object, got {type(config[part]).__name__}.")
     margs = dict(config.get("model_args") or {})
     unknown = set(margs) - _ARGS - _INERT_ARGS - set(_UNSUPPORTED)
     if unknown:
         raise ValueError(f"{where}: unsupported timm model_args {sorted(unknown)}.")
     for key, (default, feature) in _UNSUPPORTED.items():
         if key in margs and margs[key] != default:
-            raise ValueError(f"{where}: timm model_args {key}={margs[key]!r} is not supported (keras-vit lacks "
-                             f"{feature or key}; supported: {key}={default!r}).")
-    if margs.get("in_chans", 3) != 3:
+            raise ValueError(f"{where}: timm model_args {key}={shown(margs[key])} is not supported (keras-vit lacks "
+                             f"{feature or key}; supported: {key}={shown(default)}).")
+    if integer(margs.get("in_chans", 3), "in_chans", where) != 3:
         raise ValueError(f"{where}: in_chans={margs['in_chans']}; keras-vit models take RGB (3 channels).")
     pcfg = config.get("pretrained_cfg") or {}
     o = timm_model_args(name, match)
     if "global_pool" in config:
         o["global_pool"] = config["global_pool"]
     if pcfg.get("input_size"):
-        o["img_size"] = pcfg["input_size"][1:]
+        size = pcfg["input_size"]
+        if not isinstance(size, list) or len(size) != 3:
+            raise ValueError(f"{where}: pretrained_cfg input_size={shown(size)} must be [channels, height, width].")
+        o["img_size"] = size[1:]
     o.update(margs)
-    if o.get("use_shared_rel_pos_bias"):
+    if flag(o.get("use_shared_rel_pos_bias"), "use_shared_rel_pos_bias", where):
         raise ValueError(f"{where}: use_shared_rel_pos_bias=True: keras-vit lacks the "
                          f"{MISSING_FEATURES['beit-shared']}.")
-    embed_dim = int(o["embed_dim"])
-    class_token = bool(o.get("class_token", True))
+    embed_dim = integer(o["embed_dim"], "embed_dim", where)
+    class_token = flag(o.get("class_token", True), "class_token", where)
     global_pool = o.get("global_pool", "token")
     if global_pool not in ("token", "avg", "map"):
-        raise ValueError(f"{where}: timm global_pool={global_pool!r} is not supported; use 'token', 'avg' or 'map'.")
+        raise ValueError(f"{where}: timm global_pool={shown(global_pool)} is not supported; use 'token', 'avg' or 'map'.")
     if global_pool == "token" and not class_token:
         raise ValueError(f"{where}: global_pool='token' without a class token.")
     fc_norm = o.get("fc_norm")
@@ -105,54 +129,61 @@ def args_from_config(config, tensors, where):
     swiglu = o.get("mlp_layer") == "swiglu"
     if swiglu:
         if act not in ("silu", "swish"):
-            raise ValueError(f"{where}: a SwiGLU MLP with act_layer={act!r}; keras-vit's SwiGLU gates with SiLU.")
+            raise ValueError(f"{where}: a SwiGLU MLP with act_layer={shown(act)}; keras-vit's SwiGLU gates with SiLU.")
         activation = "swiglu"
-    elif act in _ACTIVATIONS:
+    elif (act is None or isinstance(act, str)) and act in _ACTIVATIONS:
         activation = _ACTIVATIONS[act]
     else:
-        raise ValueError(f"{where}: timm act_layer={act!r} is not supported; keras-vit has "
+        raise ValueError(f"{where}: timm act_layer={shown(act)} is not supported; keras-vit has "
                          f"{sorted(k for k in _ACTIVATIONS if k)} (and SwiGLU).")
-    width = int(embed_dim * float(o.get("mlp_ratio", 4.0)))
-    num_classes = int(o.get("num_classes", config.get("num_classes", 1000)))
+    width = int(embed_dim * number(o.get("mlp_ratio", 4.0), "mlp_ratio", where))
+    num_classes = integer(o.get("num_classes", config.get("num_classes", 1000)), "num_classes", where)
+    if num_classes < 0:
+        raise ValueError(f"{where}: num_classes={num_classes} must be >= 0 (0 for no head).")
     default_mean, default_std = _FAMILY_STATS.get(name) or (
         (IMAGENET_MEAN, IMAGENET_STD) if arch.startswith("deit") else (HALF, HALF))
-    mean = tuple(pcfg.get("mean") or default_mean)
-    std = tuple(pcfg.get("std") or default_std)
+    mean = numbers_of(pcfg.get("mean") or default_mean, "mean", where, 3)
+    std = numbers_of(pcfg.get("std") or default_std, "std", where, 3)
     image_size = o["img_size"]
+    image_size = (tuple(integer(v, "img_size", where) for v in image_size) if isinstance(image_size, (list, tuple))
+                  else integer(image_size, "img_size", where))
+    patch_size = o["patch_size"]
+    patch_size = (tuple(integer(v, "patch_size", where) for v in patch_size) if isinstance(patch_size, (list, tuple))
+                  else integer(patch_size, "patch_size", where))
     args = dict(
-        image_size=tuple(image_size) if isinstance(image_size, (list, tuple)) else int(image_size),
-        patch_size=int(o["patch_size"]),
+        image_size=image_size,
+        patch_size=patch_size,
         hidden_size=embed_dim,
-        num_layers=int(o["depth"]),
-        num_heads=int(o["num_heads"]),
+        num_layers=integer(o["depth"], "depth", where),
+        num_heads=integer(o["num_heads"], "num_heads", where),
         mlp_dim=width // 2 if swiglu else width,  # timm's packed SwiGLU: fc1 is `width` wide, fc2 takes half
         classes=num_classes if num_classes else None,
         include_top=num_classes > 0,
         classifier="token" if class_token else "gap",
         pooling={"token": None, "avg": "gap", "map": "map"}[global_pool],
-        fc_norm=bool(fc_norm),
+        fc_norm=flag(fc_norm, "fc_norm", where),
         approximate_gelu=activation == "gelu_tanh",
         mlp_activation=activation if activation in ("quick_gelu", "swiglu") else None,
-        layer_norm_epsilon=float(o.get("norm_eps", 1e-6)),
+        layer_norm_epsilon=number(o.get("norm_eps", 1e-6), "norm_eps", where),
         pixel_mean=mean,
         pixel_std=std,
-        distillation=bool(o.get("distilled", False)),
-        layer_scale=None if o.get("init_values") is None else float(o["init_values"]),
-        register_tokens=int(o.get("reg_tokens", 0)),
-        prefix_posemb="none" if o.get("no_embed_class") else "all",
-        pre_norm=bool(o.get("pre_norm", False)),
+        distillation=flag(o.get("distilled", False), "distilled", where),
+        layer_scale=None if o.get("init_values") is None else number(o["init_values"], "init_values", where),
+        register_tokens=integer(o.get("reg_tokens", 0), "reg_tokens", where),
+        prefix_posemb="none" if flag(o.get("no_embed_class"), "no_embed_class", where) else "all",
+        pre_norm=flag(o.get("pre_norm", False), "pre_norm", where),
         patch_bias=not o.get("pre_norm", False),  # timm: bias=not pre_norm
-        dynamic_image_size=bool(o.get("dynamic_img_size", False)),
+        dynamic_image_size=flag(o.get("dynamic_img_size", False), "dynamic_img_size", where),
         posemb_resample=TIMM_RESAMPLE,
-        relative_position_bias=bool(o.get("use_rel_pos_bias", False)),
-        absolute_position_embeddings=bool(o.get("use_abs_pos_emb", True)),
+        relative_position_bias=flag(o.get("use_rel_pos_bias", False), "use_rel_pos_bias", where),
+        absolute_position_embeddings=flag(o.get("use_abs_pos_emb", True), "use_abs_pos_emb", where),
         **_view(pcfg, where),
     )
     label_names = config.get("label_names", pcfg.get("label_names"))
     descriptions = config.get("label_descriptions", pcfg.get("label_descriptions"))
     if num_classes:
         args["class_names"] = class_names(label_names, num_classes, descriptions)
-    return args, bool(o.get("qkv_bias", True))
+    return args, flag(o.get("qkv_bias", True), "qkv_bias", where)
 
 
 def _view(pcfg, where):
@@ -163,7 +194,7 @@ def _view(pcfg, where):
     if pcfg.get("crop_pct") is not None:
         if pcfg.get("crop_mode", "center") != "center":
             log.info("%s: timm crop_mode=%r is read as a centre crop", where, pcfg["crop_mode"])
-        view["crop_pct"] = min(float(pcfg["crop_pct"]), 1.0)
+        view["crop_pct"] = min(number(pcfg["crop_pct"], "crop_pct", where), 1.0)
     return view
 
 

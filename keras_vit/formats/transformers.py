@@ -8,11 +8,25 @@ transformers/models/{vit,deit,dinov2,dinov2_with_registers,clip,siglip,beit}/mod
 
 from __future__ import annotations
 
+import os
 import re
 
 import numpy as np
 
-from keras_vit.formats._torch import HALF, LEAVES, MISSING_FEATURES, TorchTable, class_names, round_trip_problems
+from keras_vit._common import is_int, shown
+from keras_vit.formats._headers import Scheme
+from keras_vit.formats._torch import (
+    HALF,
+    LEAVES,
+    MISSING_FEATURES,
+    TorchTable,
+    class_names,
+    flag,
+    integer,
+    number,
+    numbers_of,
+    round_trip_problems,
+)
 from keras_vit.formats._torch import unsavable as unsavable_common
 
 TRANSFORMERS_ARCHITECTURES = ("ViTForImageClassification", "ViTModel", "DeiTModel",
@@ -29,6 +43,20 @@ TRANSFORMERS_RESAMPLE = {"dinov2_with_registers": "torch_bicubic_antialias"}  # 
 SKIPPED = ("text_model.", "text_projection.", "logit_scale", "logit_bias", "embeddings.mask_token")
 
 
+# Where transformers keeps the arrays that tell the sizes (prefix-stripped keys of every family: ViT, DeiT,
+# DINOv2, BEiT, CLIP, SigLIP; formats/_headers.py), and its names for them.
+SCHEME = Scheme(layout="torch", patch=r"embeddings\.patch_embeddings?\.(projection\.)?weight",
+                block=r"encoder\.layers?\.(\d+)\.",
+                mlp=r"encoder\.layers?\.0\.(intermediate\.dense|mlp\.fc1|mlp\.weights_in)\.weight",
+                posemb=r"embeddings\.position_embeddings?(\.weight)?",
+                heads=(r"encoder\.layer\.0\..*relative_position_bias_table", 1),
+                head=r"(classifier|cls_classifier|visual_projection)\.weight", pre_logits=r"pooler\.dense\.weight",
+                registers=r"embeddings\.register_tokens",
+                names={"num_layers": "num_hidden_layers", "mlp": "intermediate_size / mlp_ratio",
+                       "num_heads": "num_attention_heads", "position_tokens": "image_size",
+                       "classes": "id2label / num_labels / projection_dim", "register_tokens": "num_register_tokens"})
+
+
 def claims(config, where):
     """Whether a config.json is transformers' (it names a `model_type`); a model_type keras-vit does not
     read is refused, naming the feature it lacks where known."""
@@ -37,7 +65,7 @@ def claims(config, where):
     model_type = config["model_type"]
     if model_type not in TRANSFORMERS_MODEL_TYPES:
         missing = MISSING_FEATURES.get(str(model_type).replace("_", "-"))
-        raise ValueError(f"{where}: unsupported transformers model_type {model_type!r}"
+        raise ValueError(f"{where}: unsupported transformers model_type {shown(model_type)}"
                          + (f": keras-vit lacks its {missing}" if missing else "")
                          + f"; keras-vit reads model_type {', '.join(map(repr, TRANSFORMERS_MODEL_TYPES))}.")
     return True
@@ -59,7 +87,7 @@ def strip_prefix(tensors):
         if key == "embeddings.class_embedding" and value.ndim == 1:
             value = value.reshape(1, 1, -1)
         elif key == "embeddings.position_embedding.weight" and value.ndim == 2:
-            value = value[None]
+            value = value.reshape((1,) + tuple(value.shape))
         out[key] = value
     return out
 
@@ -85,9 +113,9 @@ def _view(preprocessor):
         view["interpolation"] = "bilinear" if preprocessor["resample"] == 2 else "bicubic"
     size, crop = preprocessor.get("size"), preprocessor.get("crop_size")
     if preprocessor.get("do_center_crop") and isinstance(size, dict) and isinstance(crop, dict):
-        edge = size.get("shortest_edge") or size.get("height")
-        if edge and crop.get("height") and crop["height"] < edge:
-            view["crop_pct"] = crop["height"] / edge
+        edge, height = size.get("shortest_edge") or size.get("height"), crop.get("height")
+        if is_int(edge) and is_int(height) and 0 < height < edge:
+            view["crop_pct"] = height / edge
     return view
 
 
@@ -95,37 +123,46 @@ def args_from_config(config, tensors, where, preprocessor=None):
     """(VisionTransformer arguments, qkv_bias) of a transformers config.json (and preprocessor_config.json);
     `tensors` (prefix-stripped) tell whether a head and a pooler are there."""
     architectures = config.get("architectures") or []
+    if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
+        raise ValueError(f"{where}: architectures={shown(architectures)} must be a list of class names.")
     bad = [a for a in architectures if a not in TRANSFORMERS_ARCHITECTURES]
     if bad:
         hint = {"DeiTForImageClassification": " (its head reads the class token alone, not DeiT's two heads)",
                 "Dinov2ForImageClassification": " (its head reads the class token and the mean patch token)"}.get(
                     bad[0], "")
-        raise ValueError(f"{where}: unsupported transformers architecture {bad[0]!r}{hint}; keras-vit reads "
+        raise ValueError(f"{where}: unsupported transformers architecture {shown(bad[0])}{hint}; keras-vit reads "
                          f"{', '.join(TRANSFORMERS_ARCHITECTURES)}.")
     model_type = config.get("model_type", "vit")
     if model_type in ("clip", "siglip"):  # a full model: the image tower's config is vision_config
+        if not isinstance(config.get("vision_config") or {}, dict):
+            raise ValueError(f"{where}: vision_config must be an object, got {type(config['vision_config']).__name__}.")
         config = dict(config.get("vision_config") or {}, projection_dim=config.get("projection_dim"))
     act = config.get("hidden_act", "gelu")
-    if act not in _ACTIVATIONS:
-        raise ValueError(f"{where}: hidden_act={act!r} is not supported; use one of {sorted(_ACTIVATIONS)}.")
+    if not isinstance(act, str) or act not in _ACTIVATIONS:
+        raise ValueError(f"{where}: hidden_act={shown(act)} is not supported; use one of {sorted(_ACTIVATIONS)}.")
     activation = _ACTIVATIONS[act]
-    if int(config.get("num_channels", 3)) != 3:
+    if integer(config.get("num_channels", 3), "num_channels", where) != 3:
         raise ValueError(f"{where}: num_channels={config['num_channels']}; keras-vit models take RGB.")
     preprocessor = preprocessor or {}
-    hidden = int(config.get("hidden_size", 768))
+    pre_where = os.path.join(os.path.dirname(where), "preprocessor_config.json")
+    hidden = integer(config.get("hidden_size", 768), "hidden_size", where)
+    sizes = {}
+    for name, default in (("image_size", 224), ("patch_size", 16)):
+        value = config.get(name, default)
+        sizes[name] = (tuple(integer(v, name, where) for v in value) if isinstance(value, (list, tuple))
+                       else integer(value, name, where))
     args = dict(
-        image_size=config.get("image_size", 224),
-        patch_size=config.get("patch_size", 16),
+        **sizes,
         hidden_size=hidden,
-        num_layers=int(config.get("num_hidden_layers", 12)),
-        num_heads=int(config.get("num_attention_heads", 12)),
-        mlp_dim=int(config.get("intermediate_size", 3072)),
+        num_layers=integer(config.get("num_hidden_layers", 12), "num_hidden_layers", where),
+        num_heads=integer(config.get("num_attention_heads", 12), "num_attention_heads", where),
+        mlp_dim=integer(config.get("intermediate_size", 3072), "intermediate_size", where),
         classifier="token",
         approximate_gelu=activation == "gelu_tanh",
         mlp_activation="quick_gelu" if activation == "quick_gelu" else None,
-        layer_norm_epsilon=float(config.get("layer_norm_eps", 1e-12)),
-        pixel_mean=tuple(preprocessor.get("image_mean") or HALF),
-        pixel_std=tuple(preprocessor.get("image_std") or HALF),
+        layer_norm_epsilon=number(config.get("layer_norm_eps", 1e-12), "layer_norm_eps", where),
+        pixel_mean=numbers_of(preprocessor.get("image_mean") or HALF, "image_mean", pre_where, 3),
+        pixel_std=numbers_of(preprocessor.get("image_std") or HALF, "image_std", pre_where, 3),
         posemb_resample=TRANSFORMERS_RESAMPLE.get(model_type, "torch_bicubic"),
         **_view(preprocessor),
     )
@@ -138,50 +175,55 @@ def args_from_config(config, tensors, where, preprocessor=None):
             head_key = "cls_classifier.weight"
         pooler = "pooler.dense.weight" in tensors
         if pooler and config.get("pooler_act", "tanh") != "tanh":
-            raise ValueError(f"{where}: pooler_act={config['pooler_act']!r} is not supported; keras-vit's "
+            raise ValueError(f"{where}: pooler_act={shown(config['pooler_act'])} is not supported; keras-vit's "
                              "pre-logits layer is Dense + tanh.")
-        args["representation_size"] = int(config.get("pooler_output_size") or hidden) if pooler else None
+        args["representation_size"] = (integer(config.get("pooler_output_size") or hidden, "pooler_output_size", where)
+                                       if pooler else None)
     elif model_type in ("dinov2", "dinov2_with_registers"):
         head = False
-        ratio = float(config.get("mlp_ratio", 4))
-        if config.get("use_swiglu_ffn"):  # transformers' Dinov2SwiGLUFFN hidden width
+        ratio = number(config.get("mlp_ratio", 4), "mlp_ratio", where)
+        if flag(config.get("use_swiglu_ffn"), "use_swiglu_ffn", where):  # transformers' Dinov2SwiGLUFFN hidden width
             args["mlp_dim"] = (int(int(hidden * ratio) * 2 / 3) + 7) // 8 * 8
             args["mlp_activation"] = "swiglu"
         else:
             args["mlp_dim"] = int(hidden * ratio)
-        args["layer_scale"] = float(config.get("layerscale_value", 1.0))
-        args["register_tokens"] = int(config.get("num_register_tokens", 0))
+        args["layer_scale"] = number(config.get("layerscale_value", 1.0), "layerscale_value", where)
+        args["register_tokens"] = integer(config.get("num_register_tokens", 0), "num_register_tokens", where)
         args["prefix_posemb"] = "class"  # the registers are inserted after the table is added
-        args["layer_norm_epsilon"] = float(config.get("layer_norm_eps", 1e-6))
+        args["layer_norm_epsilon"] = number(config.get("layer_norm_eps", 1e-6), "layer_norm_eps", where)
         args["dynamic_image_size"] = True  # Dinov2Embeddings resamples at every other size, unasked
     elif model_type in ("clip", "clip_vision_model"):
         head = (bool(set(architectures) & {"CLIPVisionModelWithProjection", "CLIPModel"})
                 if architectures else "visual_projection.weight" in tensors)
         head_key = "visual_projection.weight"
         # last_hidden_state is the encoder's output; post_layernorm normalizes the pooled class token alone
-        args.update(pre_norm=True, patch_bias=False, fc_norm=True, layer_norm_epsilon=float(
-            config.get("layer_norm_eps", 1e-5)))
+        args.update(pre_norm=True, patch_bias=False, fc_norm=True, layer_norm_epsilon=number(
+            config.get("layer_norm_eps", 1e-5), "layer_norm_eps", where))
         if head:
-            args["classes"] = int(config.get("projection_dim") or 512)
+            args["classes"] = integer(config.get("projection_dim") or 512, "projection_dim", where)
     elif model_type == "beit":
-        if config.get("use_shared_relative_position_bias"):
+        if flag(config.get("use_shared_relative_position_bias"), "use_shared_relative_position_bias", where):
             raise ValueError(f"{where}: use_shared_relative_position_bias=True: keras-vit lacks the "
                              f"{MISSING_FEATURES['beit-shared']}.")
         head = "BeitForImageClassification" in architectures if architectures else head_key in tensors
-        mean_pooling = bool(config.get("use_mean_pooling", True))
-        init = config.get("layer_scale_init_value", 0.1)
+        mean_pooling = flag(config.get("use_mean_pooling", True), "use_mean_pooling", where)
+        init = number(config.get("layer_scale_init_value", 0.1), "layer_scale_init_value", where)
         # use_mean_pooling: no final norm on the tokens; pooler.layernorm on the mean patch token
         args.update(layer_scale=float(init) if init and init > 0 else None, fc_norm=mean_pooling,
                     pooling="gap" if mean_pooling else None,
-                    relative_position_bias=bool(config.get("use_relative_position_bias", False)),
-                    absolute_position_embeddings=bool(config.get("use_absolute_position_embeddings", False)))
+                    relative_position_bias=flag(config.get("use_relative_position_bias", False),
+                                                "use_relative_position_bias", where),
+                    absolute_position_embeddings=flag(config.get("use_absolute_position_embeddings", False),
+                                                      "use_absolute_position_embeddings", where))
     else:  # siglip
         head = False
-        args.update(classifier="gap", pooling="map" if config.get("vision_use_head", True) else "gap",
-                    layer_norm_epsilon=float(config.get("layer_norm_eps", 1e-6)))
+        args.update(classifier="gap", pooling="map" if flag(config.get("vision_use_head", True), "vision_use_head", where)
+                    else "gap", layer_norm_epsilon=number(config.get("layer_norm_eps", 1e-6), "layer_norm_eps", where))
     id2label = config.get("id2label") or {}
+    if not isinstance(id2label, dict):
+        raise ValueError(f"{where}: id2label must be an object {{\"0\": \"name\", ...}}, got {type(id2label).__name__}.")
     if model_type in ("vit", "deit", "beit"):
-        classes = len(id2label) if id2label else int(config.get("num_labels", 2))
+        classes = len(id2label) if id2label else integer(config.get("num_labels", 2), "num_labels", where)
         if head and head_key in tensors:  # the weights are the truth for the head's width
             classes = int(tensors[head_key].shape[0])
         args["classes"] = classes if head else None
@@ -192,7 +234,7 @@ def args_from_config(config, tensors, where, preprocessor=None):
     args["include_top"] = head
     if not head:
         args["classes"] = None
-    return args, bool(config.get("qkv_bias", True))
+    return args, flag(config.get("qkv_bias", True), "qkv_bias", where)
 
 
 # -- the name table ----------------------------------------------------------------------------
