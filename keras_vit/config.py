@@ -84,8 +84,10 @@ class ViTConfig:
             the exact erf form.
         class_names: optional names of the head's classes, saved with the model (`decode_predictions`
             and `keras-vit predict` use them).
-        attention_implementation: "auto", "matmul" or "dot_product_attention", how the blocks compute
-            attention (see `TransformerBlock`); no variable depends on it.
+        attention_implementation: "auto", "matmul", "dot_product_attention" or "chunked" (memory linear
+            in the tokens), how the blocks compute attention (see `Attention`); no variable depends on it.
+        remat: True recomputes each block's activations in the backward pass instead of storing them
+            (see `TransformerBlock`): training at high resolution in a fraction of the memory.
         variant: the preset this model is ("B/16", ...), checked against the sizes; None for another
             model.
         dynamic_image_size: False for a model of one input size; True for one that takes images of any
@@ -165,6 +167,7 @@ class ViTConfig:
     approximate_gelu: bool = True
     class_names: tuple[str, ...] | None = None
     attention_implementation: str = "auto"
+    remat: bool = False
     variant: str | None = None
     dynamic_image_size: bool = False
     posemb_resample: str = "official"
@@ -300,7 +303,7 @@ def _check(c, set_):
     if c.classes is not None and c.include_top is not False:
         set_("classes", _integer(c.classes, "classes", 1 if c.include_top else 0, MAX_CLASSES))
     for what in ("include_top", "approximate_gelu", "fc_norm", "distillation", "pre_norm", "patch_bias",
-                 "relative_position_bias", "absolute_position_embeddings", "dynamic_image_size"):
+                 "relative_position_bias", "absolute_position_embeddings", "dynamic_image_size", "remat"):
         set_(what, _flag(getattr(c, what), what))
     for what in ("dropout_rate", "attention_dropout_rate", "drop_path_rate", "layer_norm_epsilon", "crop_pct"):
         set_(what, _real(getattr(c, what), what))

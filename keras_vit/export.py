@@ -45,6 +45,7 @@ from keras_vit.serving import (  # noqa: F401 (public here too)
     Classifier,
     ServingGraph,
     check_exportable,
+    dense_attention,
     dynamic_twin,
     float32_copy,
     litert_interpreter,
@@ -513,51 +514,54 @@ def export_model(model: keras.Model | str | os.PathLike, path: str | os.PathLike
     model = float32_copy(model)
     if sizes != [native] or not resize:
         model = dynamic_twin(model)
-    graph = ServingGraph(model, attention=attention, outputs=request.outputs)
-    sample_split, calibration_split = "test", "train"
-    if recipe is not None:
-        sample_split, calibration_split = recipe["test_split"], recipe["train_split"]
-    sample_images, labels, sample_source = _sample_images(request, model, graph.image_size, recipe, sample_split)
-    calibration = calibration_source = None
-    if quantize in CALIBRATED:
-        if representative_images is None:
-            log.info("representative images: the %s split of %s, the model's training data (%s)",
-                     calibration_split, recipe["data"], recipe["metrics"])
-            representative_images = recipe["data"]
-        calibration, _, calibration_source = load_image_set(
-            representative_images, graph.image_size, labelled=False, split=calibration_split,
-            max_images=calibration_images, seed=seed + 1, what="representative images")
-        _warn_few_calibration_images(quantize, len(calibration), calibration_source, calibration_images)
+    # The dense form: converters and on-device runtimes take it (the chunked form's loops are TensorFlow
+    # control flow), and an export serves the sizes it was built for.
+    with dense_attention(model):
+        graph = ServingGraph(model, attention=attention, outputs=request.outputs)
+        sample_split, calibration_split = "test", "train"
+        if recipe is not None:
+            sample_split, calibration_split = recipe["test_split"], recipe["train_split"]
+        sample_images, labels, sample_source = _sample_images(request, model, graph.image_size, recipe, sample_split)
+        calibration = calibration_source = None
+        if quantize in CALIBRATED:
+            if representative_images is None:
+                log.info("representative images: the %s split of %s, the model's training data (%s)",
+                         calibration_split, recipe["data"], recipe["metrics"])
+                representative_images = recipe["data"]
+            calibration, _, calibration_source = load_image_set(
+                representative_images, graph.image_size, labelled=False, split=calibration_split,
+                max_images=calibration_images, seed=seed + 1, what="representative images")
+            _warn_few_calibration_images(quantize, len(calibration), calibration_source, calibration_images)
 
-    suffix = {"tflite": ".tflite", "onnx": ".onnx"}.get(request.format, "")
-    with atomic_path(path, overwrite=overwrite, suffix=suffix) as tmp:
-        exported = _write_export(request, graph, tmp, sizes, calibration, calibration_source)
-        reports = {}
-        for i, size in enumerate(sizes):
-            images = sample_images if size == graph.image_size else resize_images(sample_images, size)
-            run = exported[i] if request.format == "tflite" else exported[0]
-            log.info("checking parity against Keras on %d images from %s%s", len(images), sample_source,
-                     "" if len(sizes) == 1 else f" at {size[0]}x{size[1]}")
-            reports[size] = _check_parity(request, graph, run, images, labels)
-        report = dict(reports[sizes[0]], sample_source=sample_source)
-        metadata = _metadata(request, graph, source, report, sizes)
-        if request.format == "onnx":
-            metadata.update(_onnx_metadata())
-        if len(sizes) > 1:
-            metadata["parity_by_size"] = {f"{h}x{w}": r for (h, w), r in reports.items()}
-        if calibration is not None:
-            metadata["calibration"] = {"images": int(len(calibration)), "source": calibration_source}
-        text = json.dumps(metadata, indent=2) + "\n"
-        if request.format == "saved_model":
-            os.makedirs(os.path.join(tmp, "assets.extra"), exist_ok=True)
-            with open(os.path.join(tmp, "assets.extra", METADATA_NAME), "w", encoding="utf-8") as f:
+        suffix = {"tflite": ".tflite", "onnx": ".onnx"}.get(request.format, "")
+        with atomic_path(path, overwrite=overwrite, suffix=suffix) as tmp:
+            exported = _write_export(request, graph, tmp, sizes, calibration, calibration_source)
+            reports = {}
+            for i, size in enumerate(sizes):
+                images = sample_images if size == graph.image_size else resize_images(sample_images, size)
+                run = exported[i] if request.format == "tflite" else exported[0]
+                log.info("checking parity against Keras on %d images from %s%s", len(images), sample_source,
+                         "" if len(sizes) == 1 else f" at {size[0]}x{size[1]}")
+                reports[size] = _check_parity(request, graph, run, images, labels)
+            report = dict(reports[sizes[0]], sample_source=sample_source)
+            metadata = _metadata(request, graph, source, report, sizes)
+            if request.format == "onnx":
+                metadata.update(_onnx_metadata())
+            if len(sizes) > 1:
+                metadata["parity_by_size"] = {f"{h}x{w}": r for (h, w), r in reports.items()}
+            if calibration is not None:
+                metadata["calibration"] = {"images": int(len(calibration)), "source": calibration_source}
+            text = json.dumps(metadata, indent=2) + "\n"
+            if request.format == "saved_model":
+                os.makedirs(os.path.join(tmp, "assets.extra"), exist_ok=True)
+                with open(os.path.join(tmp, "assets.extra", METADATA_NAME), "w", encoding="utf-8") as f:
+                    f.write(text)
+            del exported
+        with atomic_path(meta_path, overwrite=True) as tmp:
+            with open(tmp, "w", encoding="utf-8") as f:
                 f.write(text)
-        del exported
-    with atomic_path(meta_path, overwrite=True) as tmp:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-    log.info("wrote %s and %s", path, meta_path)
-    return metadata
+        log.info("wrote %s and %s", path, meta_path)
+        return metadata
 
 
 def _warn_few_calibration_images(quantize, count, source, limit):

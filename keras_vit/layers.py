@@ -13,17 +13,19 @@ from typing import Any, Sequence
 import keras
 from keras import ops
 
+from keras_vit import attention as _attention_module
 from keras_vit import interpolation
 from keras_vit._common import Shape, Tensor, check_layer_keywords
 from keras_vit._common import register as _register
 from keras_vit._common import to_pair as _pair
+from keras_vit.attention import chunked_attention, use_chunked
 
 if keras.backend.backend() == "tensorflow":
     import tensorflow as _TF
 else:
     _TF = None
 
-ATTENTION_IMPLEMENTATIONS = ("auto", "matmul", "dot_product_attention")
+ATTENTION_IMPLEMENTATIONS = ("auto", "matmul", "dot_product_attention", "chunked")
 FORMULATIONS = ("fused", "reference")
 # Which prefix tokens (class, distillation, registers) have position embeddings: "all" (the paper, timm's
 # default), "class" (class and distillation tokens, not the registers: transformers' Dinov2WithRegisters),
@@ -421,6 +423,12 @@ def _check_formulation(formulation):
     return formulation
 
 
+def _jax_on_gpu():
+    import jax
+
+    return jax.devices()[0].platform == "gpu"
+
+
 def _check_attention_implementation(implementation):
     if implementation not in ATTENTION_IMPLEMENTATIONS:
         raise ValueError(f"attention_implementation must be one of {ATTENTION_IMPLEMENTATIONS}, "
@@ -448,10 +456,16 @@ class Attention(keras.layers.Layer):
         attention_dropout_rate: dropout on the attention probabilities.
         attention_implementation: "matmul" (two batched matmuls around a float32 softmax),
             "dot_product_attention" (`keras.ops.dot_product_attention`: fused kernels on JAX
-            and PyTorch; on TensorFlow the same einsums) or "auto" ("matmul" on TensorFlow,
-            where it is the faster, "dot_product_attention" elsewhere). The fused kernels never
-            give probabilities, so calls with `return_attention_scores=True` or with attention
-            dropout while training use "matmul". No variable depends on the choice.
+            and PyTorch; on TensorFlow the same einsums), "chunked" (`keras_vit.attention.
+            chunked_attention`: blocks of queries against blocks of keys, memory linear in the
+            tokens, values and gradients those of "matmul") or "auto": PyTorch's fused kernel
+            (SDPA, itself linear in memory) under torch and on JAX's GPUs; elsewhere "chunked"
+            once the dense logits of one image (heads x T^2) exceed `attention.TILE_ELEMENTS`
+            (2^24: 1,673 tokens at 6 heads, 1,183 at 12), below that "matmul" on TensorFlow,
+            where it is the faster, and "dot_product_attention" on JAX. None of the others
+            gives probabilities, so calls with `return_attention_scores=True`, a relative position
+            bias, or attention dropout while training use "matmul". No variable depends on the
+            choice; `implementation_for(tokens)` says which one a call takes.
         formulation: "fused" (one q/k/v matmul against the three kernels side by side, the
             1/sqrt(head_dim) scale folded into the query kernel, 2-D matmuls) or "reference"
             (the Dense layers called one by one). Quantized or otherwise replaced Dense layers
@@ -498,12 +512,41 @@ class Attention(keras.layers.Layer):
         return self.formulation == "fused" and all(getattr(layer, "quantization_mode", None) is None
                                                    for layer in layers)
 
-    def _use_dot_product_attention(self, training, return_probs):
+    def implementation_for(self, tokens: int | None, training: bool = False, return_attention_scores: bool = False,
+                           bias: bool = False) -> str:
+        """The implementation a call over `tokens` tokens takes: "matmul", "dot_product_attention" or
+        "chunked" ("chunked_or_matmul" where the token count is only known when the graph runs, on
+        TensorFlow: chosen then).
+
+        Example:
+        >>> layer = Attention(num_heads=6, attention_implementation="chunked")
+        >>> layer.implementation_for(12322), layer.implementation_for(12322, return_attention_scores=True)
+        ('chunked', 'matmul')
+        """
         impl = self.attention_implementation
-        if impl == "auto":
-            impl = "matmul" if keras.backend.backend() == "tensorflow" else "dot_product_attention"
-        return impl == "dot_product_attention" and not return_probs and not (
-            training and self.attention_dropout_rate)
+        if return_attention_scores or bias or (training and self.attention_dropout_rate):
+            return "matmul"
+        if impl != "auto":
+            return impl
+        backend = keras.backend.backend()
+        if backend == "torch" or (backend == "jax" and _jax_on_gpu()):
+            return "dot_product_attention"
+        if tokens is None:
+            return "chunked_or_matmul"
+        if use_chunked(int(tokens), self.num_heads):
+            return "chunked"
+        return "matmul" if backend == "tensorflow" else "dot_product_attention"
+
+    def _core(self, q, k, v, impl, training, bias):
+        """q (scaled), k, v (B, heads, T, head_dim) -> (B, heads, T, head_dim), probs or None."""
+        if impl == "chunked":
+            return chunked_attention(q, k, v), None
+        if impl == "chunked_or_matmul":
+            tokens = ops.shape(q)[2]
+            big = tokens * tokens * self.num_heads > _attention_module.TILE_ELEMENTS
+            return ops.cond(big, lambda: chunked_attention(q, k, v),
+                            lambda: self._matmul_attention(q, k, v, training)[0]), None
+        return self._matmul_attention(q, k, v, training, bias)
 
     def _matmul_attention(self, q, k, v, training, bias=None):
         """q (already scaled), k, v (B, heads, T, head_dim) -> (B, heads, T, head_dim), float32 probs.
@@ -526,7 +569,8 @@ class Attention(keras.layers.Layer):
         b, t = ops.shape(x)[0], ops.shape(x)[1]
         d, h, hd = self.hidden_size, self.num_heads, self.head_dim
         scale = 1.0 / math.sqrt(hd)
-        dpa = self._use_dot_product_attention(training, return_probs) and bias is None
+        impl = self.implementation_for(x.shape[1], bool(training), return_probs, bias is not None)
+        dpa = impl == "dot_product_attention"
         logit_bias = bias
         probs = None
         if self._fusable():
@@ -540,7 +584,7 @@ class Attention(keras.layers.Layer):
                 y = ops.dot_product_attention(q, k, v, scale=1.0)
             else:  # one transpose to (3, B, heads, T, head_dim)
                 q, k, v = ops.unstack(ops.transpose(qkv, (2, 0, 3, 1, 4)), 3, axis=0)
-                y, probs = self._matmul_attention(q, k, v, training, logit_bias)
+                y, probs = self._core(q, k, v, impl, training, logit_bias)
                 y = ops.transpose(y, (0, 2, 1, 3))
             y = matmul_bias(ops.reshape(y, (-1, d)), self.out.kernel, self.out.bias, dtype)
             return ops.reshape(y, (b, t, d)), probs
@@ -551,7 +595,7 @@ class Attention(keras.layers.Layer):
             y = ops.dot_product_attention(q, k, v, scale=1.0)
         else:
             q, k, v = (ops.transpose(z, (0, 2, 1, 3)) for z in (q, k, v))
-            y, probs = self._matmul_attention(q, k, v, training, logit_bias)
+            y, probs = self._core(q, k, v, impl, training, logit_bias)
             y = ops.transpose(y, (0, 2, 1, 3))
         return self.out(ops.reshape(y, (b, t, d))), probs
 
@@ -577,6 +621,12 @@ class TransformerBlock(keras.layers.Layer):
 
     Call with `return_attention_scores=True` to also get the attention probabilities
     (B, heads, T, T), in float32.
+
+    `remat=True` (rematerialisation) recomputes both residual branches in the backward pass
+    while training instead of storing their activations (`keras.remat`: tf.recompute_grad,
+    jax.checkpoint, torch.utils.checkpoint), for about a third more compute; the gradients are
+    those without it. The dropout masks are drawn outside the recomputation, so it sees the same
+    ones; attention dropout (inside the softmax) cannot be, and is refused with remat.
 
     `formulation`: "fused" (the default) works on the tokens as one (B*T, D) matrix: 2-D
     matmuls whose bias adds TensorFlow's grappler fuses into them, one q/k/v matmul, and the
@@ -607,10 +657,19 @@ class TransformerBlock(keras.layers.Layer):
         layer_scale: float | None = None,
         mlp_activation: str | None = None,
         relative_position_grid: tuple[int, int] | None = None,
+        remat: bool = False,
         **kwargs: Any,
     ) -> None:
         check_layer_keywords(TransformerBlock, kwargs)
         super().__init__(**kwargs)
+        if not isinstance(remat, bool):
+            raise ValueError(f"remat must be True or False, got {remat!r}.")
+        if remat and attention_dropout_rate:
+            raise ValueError(
+                f"remat=True with attention_dropout_rate={attention_dropout_rate}: the recomputation would draw "
+                "other dropout masks than the forward pass. Set attention_dropout_rate=0 (the paper's ViTs "
+                "use 0) or remat=False.")
+        self.remat = remat
         self.num_heads = int(num_heads)
         self.mlp_dim = int(mlp_dim)
         self.dropout_rate = float(dropout_rate)
@@ -704,16 +763,38 @@ class TransformerBlock(keras.layers.Layer):
             return y
         return y * ops.cast(self.layer_scale1 if which == 1 else self.layer_scale2, y.dtype)
 
-    def _mlp(self, x, training):
+    def _mlp(self, x, training, keep=None):
+        """The MLP; `keep` (B, T, mlp_dim), when given, is its dropout mask, drawn by the caller."""
+        def drop(y):
+            return self.dropout(y, training=training) if keep is None else y * keep
         if self._fusable():
             b, t = ops.shape(x)[0], ops.shape(x)[1]
             dtype = self.compute_dtype
             y = self._gelu(matmul_bias(ops.reshape(x, (-1, self.hidden_size)), self.mlp_dense1.kernel,
                                         self.mlp_dense1.bias, dtype))
-            y = matmul_bias(self.dropout(y, training=training), self.mlp_dense2.kernel, self.mlp_dense2.bias, dtype)
+            keep = None if keep is None else ops.reshape(keep, (-1, self.mlp_dim))
+            y = matmul_bias(drop(y), self.mlp_dense2.kernel, self.mlp_dense2.bias, dtype)
             return ops.reshape(y, (b, t, self.hidden_size))
-        y = self._gelu(self.mlp_dense1(x))
-        return self.mlp_dense2(self.dropout(y, training=training))
+        return self.mlp_dense2(drop(self._gelu(self.mlp_dense1(x))))
+
+    def _remat_branches(self, inputs, training, bias):
+        """The two residual branches, recomputed in the backward pass instead of stored (`remat`): what is
+        kept per block is its input and the branch outputs. The random parts (dropout masks, drop path)
+        are drawn outside the recomputed functions, so the recomputation sees the same ones."""
+        def attention_branch(x):
+            return self._attention(self.norm1(x), training=training, bias=bias)
+
+        def mlp_branch(x, *keep):
+            return self._mlp(self.norm2(x), training, *keep)
+
+        keep = ()
+        if training and self.dropout_rate:
+            shape = ops.shape(inputs)
+            keep = (self.dropout(ops.ones((shape[0], shape[1], self.mlp_dim), self.compute_dtype), training=True),)
+        y = keras.remat(attention_branch)(inputs)
+        x = inputs + self.drop_path(self.dropout(self._scale(y, 1), training=training), training=training)
+        y = keras.remat(mlp_branch)(x, *keep)
+        return x + self.drop_path(self.dropout(self._scale(y, 2), training=training), training=training)
 
     def _relative_bias(self, tokens):
         if self.relative_position_grid is None:
@@ -729,6 +810,8 @@ class TransformerBlock(keras.layers.Layer):
     def call(self, inputs: Tensor, training: bool | None = None,
              return_attention_scores: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         bias = self._relative_bias(inputs)
+        if self.remat and training and not return_attention_scores:
+            return self._remat_branches(inputs, training, bias)
         y, probs = (self._attention(self.norm1(inputs), training=training, return_attention_scores=True, bias=bias)
             if return_attention_scores else (self._attention(self.norm1(inputs), training=training, bias=bias), None))
         x = inputs + self.drop_path(self.dropout(self._scale(y, 1), training=training), training=training)
@@ -753,6 +836,7 @@ class TransformerBlock(keras.layers.Layer):
             "layer_scale": self.layer_scale,
             "mlp_activation": self.mlp_activation,
             "relative_position_grid": self.relative_position_grid,
+            "remat": self.remat,
         }
 
 

@@ -373,6 +373,7 @@ def _encoder(x, c, stages):
             layer_scale=c.layer_scale,
             mlp_activation=c.mlp_activation,
             relative_position_grid=c.grid if c.relative_position_bias else None,
+            remat=c.remat,
             name=f"encoderblock_{i}",
         )(x)
     stages["encoded"] = x

@@ -9,6 +9,7 @@ Writing and checking exports is keras_vit/export.py's job.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -101,6 +102,21 @@ def dynamic_twin(model):
     twin = type(model).from_config({**model.get_config(), "dynamic_image_size": True})
     twin.set_weights(model.get_weights())
     return twin
+
+
+@contextlib.contextmanager
+def dense_attention(model):
+    """Every block of `model` computes its attention in the dense form ("matmul") inside the block, and as
+    before after it: exports trace the dense form."""
+    blocks = [layer for layer in model.layers if hasattr(layer, "attention_layer")]
+    saved = [block.attention_implementation for block in blocks]
+    try:
+        for block in blocks:
+            block.attention_implementation = "matmul"
+        yield model
+    finally:
+        for block, implementation in zip(blocks, saved):
+            block.attention_implementation = implementation
 
 
 def signature_name(index, size):
