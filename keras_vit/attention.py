@@ -238,14 +238,11 @@ def chunked_attention(q: Tensor, k: Tensor, v: Tensor, query_block: int | None =
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
             raise ValueError(f"{name} must be a positive integer or None, got {value!r}.")
     if query_block is None and key_block is None:
-        if tokens is None:  # a TensorFlow graph of any size: the plan is chosen when the size is known
-            length = ops.shape(q)[2]
-            big = (length * heads * MIN_QUERY_BLOCK > TILE_ELEMENTS)
-            small_plan = (MIN_QUERY_BLOCK * 4, None)
-            large_plan = (128, max(128, TILE_ELEMENTS // (heads * 128) // 128 * 128))
-            return ops.cond(big, lambda: chunked_attention(q, k, v, *large_plan),
-                            lambda: chunked_attention(q, k, v, *small_plan))
-        query_block, key_block = tile_plan(int(tokens), int(heads))
+        if tokens is None:  # a TensorFlow graph of any size: 128 queries against all keys (no graph-time branch,
+            # which TensorFlow's gradient of a cond around a custom gradient does not take)
+            query_block, key_block = 128, None
+        else:
+            query_block, key_block = tile_plan(int(tokens), int(heads))
     elif query_block is None:
         query_block = 128
 

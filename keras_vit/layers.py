@@ -13,7 +13,6 @@ from typing import Any, Sequence
 import keras
 from keras import ops
 
-from keras_vit import attention as _attention_module
 from keras_vit import interpolation
 from keras_vit._common import Shape, Tensor, check_layer_keywords
 from keras_vit._common import register as _register
@@ -515,8 +514,7 @@ class Attention(keras.layers.Layer):
     def implementation_for(self, tokens: int | None, training: bool = False, return_attention_scores: bool = False,
                            bias: bool = False) -> str:
         """The implementation a call over `tokens` tokens takes: "matmul", "dot_product_attention" or
-        "chunked" ("chunked_or_matmul" where the token count is only known when the graph runs, on
-        TensorFlow: chosen then).
+        "chunked" (a TensorFlow graph of any token count takes "matmul" unless "chunked" is asked for).
 
         Example:
         >>> layer = Attention(num_heads=6, attention_implementation="chunked")
@@ -531,8 +529,8 @@ class Attention(keras.layers.Layer):
         backend = keras.backend.backend()
         if backend == "torch" or (backend == "jax" and _jax_on_gpu()):
             return "dot_product_attention"
-        if tokens is None:
-            return "chunked_or_matmul"
+        if tokens is None:  # a TensorFlow graph of any size: the dense form, as before (chunked when asked for)
+            return "matmul"
         if use_chunked(int(tokens), self.num_heads):
             return "chunked"
         return "matmul" if backend == "tensorflow" else "dot_product_attention"
@@ -541,11 +539,6 @@ class Attention(keras.layers.Layer):
         """q (scaled), k, v (B, heads, T, head_dim) -> (B, heads, T, head_dim), probs or None."""
         if impl == "chunked":
             return chunked_attention(q, k, v), None
-        if impl == "chunked_or_matmul":
-            tokens = ops.shape(q)[2]
-            big = tokens * tokens * self.num_heads > _attention_module.TILE_ELEMENTS
-            return ops.cond(big, lambda: chunked_attention(q, k, v),
-                            lambda: self._matmul_attention(q, k, v, training)[0]), None
         return self._matmul_attention(q, k, v, training, bias)
 
     def _matmul_attention(self, q, k, v, training, bias=None):
