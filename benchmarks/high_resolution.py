@@ -17,6 +17,8 @@ imports in this Python. Parts:
              rematerialisation (keras-vit remat=True, timm set_grad_checkpointing), and the largest
              difference between keras-vit's gradients with and without remat (one extra process)
 
+KERAS_VIT_TILE_ELEMENTS=N sets keras_vit.attention.TILE_ELEMENTS in the keras-vit processes (other tile sizes).
+
 Writes benchmarks/high_resolution.{json,md} and docs/high_resolution.png (tokens on the x axis, memory and
 time on log scales). Nothing here is a pass/fail test.
 """

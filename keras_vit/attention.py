@@ -10,9 +10,9 @@ O(T x block) per layer, not O(T^2).
 
 A tile is sized to hold `TILE_ELEMENTS` float32 logits per image. While a query block of at least 32 rows
 against all T keys fits, the key block is the whole sequence and the recurrence has one step: a plain,
-fused softmax per query block, which on TensorFlow's CPU kernels runs within a few percent of the dense
-form, where the many-step recurrence costs about 1.3x (benchmarks/attention.py measures both). Beyond
-that (about 87,000 tokens at 6 heads) the key blocks take over.
+fused softmax per query block, which on TensorFlow's CPU kernels ran at 1.02-1.07x the dense form's time,
+where the many-step recurrence took about 1.3x (6 heads, 1,370 to 5,476 tokens, 2 CPU cores). Beyond that
+(about 87,000 tokens at 6 heads) the key blocks take over.
 
 All in `keras.ops`, loops included, so it runs on TensorFlow, JAX and PyTorch; on TensorFlow the loops run
 one block at a time (`tf.map_fn` and `keras.ops.scan` there would keep ten in flight, or cannot stack
@@ -43,6 +43,8 @@ else:
 TILE_ELEMENTS = 2 ** 24
 # Query rows per block: fewer than 32 starve the matmuls; more than 512 gain nothing (measured, 2 CPU cores).
 MIN_QUERY_BLOCK, MAX_QUERY_BLOCK = 32, 512
+# Query rows per block where tile_plan does not choose them (key blocks, a graph of unknown length).
+QUERY_BLOCK = 128
 
 
 def use_chunked(tokens: int, heads: int, tile_elements: int | None = None) -> bool:
@@ -67,8 +69,7 @@ def tile_plan(tokens: int, heads: int, tile_elements: int | None = None) -> tupl
     rows = tile_elements // (heads * tokens)
     if rows >= MIN_QUERY_BLOCK:
         return min(MAX_QUERY_BLOCK, rows // MIN_QUERY_BLOCK * MIN_QUERY_BLOCK), None
-    query_block = 128
-    return query_block, max(query_block, tile_elements // (heads * query_block) // 128 * 128)
+    return QUERY_BLOCK, max(QUERY_BLOCK, tile_elements // (heads * QUERY_BLOCK) // 128 * 128)
 
 
 def _scan(f: Callable, carry: Any, n: Any, dtypes: tuple[str, ...]) -> tuple[Any, list]:
@@ -240,11 +241,11 @@ def chunked_attention(q: Tensor, k: Tensor, v: Tensor, query_block: int | None =
     if query_block is None and key_block is None:
         if tokens is None:  # a TensorFlow graph of any size: 128 queries against all keys (no graph-time branch,
             # which TensorFlow's gradient of a cond around a custom gradient does not take)
-            query_block, key_block = 128, None
+            query_block, key_block = QUERY_BLOCK, None
         else:
             query_block, key_block = tile_plan(int(tokens), int(heads))
     elif query_block is None:
-        query_block = 128
+        query_block = QUERY_BLOCK
 
     @ops.custom_gradient
     def attend(q, k, v):

@@ -758,7 +758,7 @@ class TransformerBlock(keras.layers.Layer):
 
     def _mlp(self, x, training, keep=None):
         """The MLP; `keep` (B, T, mlp_dim), when given, is its dropout mask, drawn by the caller."""
-        def drop(y):
+        def drop(y, keep):
             return self.dropout(y, training=training) if keep is None else y * keep
         if self._fusable():
             b, t = ops.shape(x)[0], ops.shape(x)[1]
@@ -766,9 +766,9 @@ class TransformerBlock(keras.layers.Layer):
             y = self._gelu(matmul_bias(ops.reshape(x, (-1, self.hidden_size)), self.mlp_dense1.kernel,
                                         self.mlp_dense1.bias, dtype))
             keep = None if keep is None else ops.reshape(keep, (-1, self.mlp_dim))
-            y = matmul_bias(drop(y), self.mlp_dense2.kernel, self.mlp_dense2.bias, dtype)
+            y = matmul_bias(drop(y, keep), self.mlp_dense2.kernel, self.mlp_dense2.bias, dtype)
             return ops.reshape(y, (b, t, self.hidden_size))
-        return self.mlp_dense2(drop(self._gelu(self.mlp_dense1(x))))
+        return self.mlp_dense2(drop(self._gelu(self.mlp_dense1(x)), keep))
 
     def _remat_branches(self, inputs, training, bias):
         """The two residual branches, recomputed in the backward pass instead of stored (`remat`): what is
