@@ -529,9 +529,15 @@ class Attention(keras.layers.Layer):
         backend = keras.backend.backend()
         if backend == "torch" or (backend == "jax" and _jax_on_gpu()):
             return "dot_product_attention"
-        if tokens is None:  # a TensorFlow graph of any size: the dense form, as before (chunked when asked for)
+        # A graph of any size (TensorFlow's None, JAX's symbolic dimension, which refuses int()): the dense form.
+        if not isinstance(tokens, int):
+            try:
+                tokens = int(tokens)
+            except Exception:
+                tokens = None
+        if tokens is None:
             return "matmul"
-        if use_chunked(int(tokens), self.num_heads):
+        if use_chunked(tokens, self.num_heads):
             return "chunked"
         return "matmul" if backend == "tensorflow" else "dot_product_attention"
 
