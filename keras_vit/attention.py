@@ -47,6 +47,17 @@ MIN_QUERY_BLOCK, MAX_QUERY_BLOCK = 32, 512
 QUERY_BLOCK = 128
 
 
+def static_length(dim: Any) -> int | None:
+    """A shape's dimension as an int, or None where the graph leaves it open (TensorFlow's None, JAX's
+    symbolic dimension under shape inference, which refuses int())."""
+    if dim is None:
+        return None
+    try:
+        return int(dim)
+    except Exception:  # jax.export's InconclusiveDimensionOperation and kin
+        return None
+
+
 def use_chunked(tokens: int, heads: int, tile_elements: int | None = None) -> bool:
     """Whether the automatic choice computes attention over `tokens` tokens chunked: when the dense logits of
     one image (heads x tokens^2 float32) exceed one tile.
@@ -234,16 +245,16 @@ def chunked_attention(q: Tensor, k: Tensor, v: Tensor, query_block: int | None =
     """
     if _TF is not None:  # a variable read here, not inside the custom gradient (which would have to differentiate it)
         q, k, v = (_TF.convert_to_tensor(x) for x in (q, k, v))
-    heads, tokens = q.shape[1], q.shape[2]
+    heads, tokens = q.shape[1], static_length(q.shape[2])
     for name, value in (("query_block", query_block), ("key_block", key_block)):
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
             raise ValueError(f"{name} must be a positive integer or None, got {value!r}.")
     if query_block is None and key_block is None:
-        if tokens is None:  # a TensorFlow graph of any size: 128 queries against all keys (no graph-time branch,
+        if tokens is None:  # a graph of any size: 128 queries against all keys (no graph-time branch,
             # which TensorFlow's gradient of a cond around a custom gradient does not take)
             query_block, key_block = QUERY_BLOCK, None
         else:
-            query_block, key_block = tile_plan(int(tokens), int(heads))
+            query_block, key_block = tile_plan(tokens, int(heads))
     elif query_block is None:
         query_block = QUERY_BLOCK
 

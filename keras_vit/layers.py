@@ -17,7 +17,7 @@ from keras_vit import interpolation
 from keras_vit._common import Shape, Tensor, check_layer_keywords
 from keras_vit._common import register as _register
 from keras_vit._common import to_pair as _pair
-from keras_vit.attention import chunked_attention, use_chunked
+from keras_vit.attention import chunked_attention, static_length, use_chunked
 
 if keras.backend.backend() == "tensorflow":
     import tensorflow as _TF
@@ -529,13 +529,8 @@ class Attention(keras.layers.Layer):
         backend = keras.backend.backend()
         if backend == "torch" or (backend == "jax" and _jax_on_gpu()):
             return "dot_product_attention"
-        # A graph of any size (TensorFlow's None, JAX's symbolic dimension, which refuses int()): the dense form.
-        if not isinstance(tokens, int):
-            try:
-                tokens = int(tokens)
-            except Exception:
-                tokens = None
-        if tokens is None:
+        tokens = static_length(tokens)
+        if tokens is None:  # a graph of any size: the dense form (chunked when asked for)
             return "matmul"
         if use_chunked(tokens, self.num_heads):
             return "chunked"
