@@ -46,18 +46,20 @@ _EXPORTS = {
     "keras_vit.export": ("export_model", "load_classifier"),
     "keras_vit.fewshot": ("fewshot_evaluate",),
     "keras_vit.loading": ("load_model",),
+    "keras_vit.dense.config": ("DenseHead",),
+    "keras_vit.dense.model": ("DensePredictor",),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 # The modules whose classes `.keras` files name (register_keras_serializable runs on import).
-_SERIALIZABLES = ("keras_vit.layers", "keras_vit.stem", "keras_vit.models", "keras_vit.training")
+_SERIALIZABLES = ("keras_vit.layers", "keras_vit.stem", "keras_vit.models", "keras_vit.training", "keras_vit.dense")
 
 __all__ = sorted(_MODULE_OF) + ["__version__"]
 
 
 # Submodules reachable as attributes, as when __init__ imported them all (keras_vit.data.load_digits).
-_SUBMODULES = ("applications", "checkpoints", "config", "data", "export", "factory", "fewshot", "images", "interpolation",
-               "layers", "loading", "models", "posemb", "presets", "pretrained", "report", "serving", "stem", "training",
-               "visualize")
+_SUBMODULES = ("applications", "checkpoints", "config", "data", "dense", "export", "factory", "fewshot", "images",
+               "interpolation", "layers", "loading", "models", "posemb", "presets", "pretrained", "report", "serving",
+               "stem", "training", "visualize")
 
 
 def __getattr__(name):

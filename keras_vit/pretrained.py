@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from keras_vit._common import check_keywords, refuse_unknown_keywords
 from keras_vit._files import atomic_path, is_hub_name
 from keras_vit.checkpoints import convert_checkpoint
+from keras_vit.dense import transformers as dense_transformers
 from keras_vit.formats import official, timm, transformers
 from keras_vit.formats._assign import ArraySource, load_into
 from keras_vit.formats._headers import (
@@ -147,6 +148,10 @@ class _Checkpoint:
                 raise
             return
         where = os.path.join(os.path.dirname(os.path.abspath(files[0])), "config.json")
+        if fmt == "transformers" and dense_transformers.claims(config):
+            raise ValueError(f"{where}: model_type {config['model_type']!r} is a dense-prediction model (depth or "
+                             "segmentation): keras_vit.from_pretrained builds it as a keras_vit.dense.DensePredictor "
+                             "with its head; load_pretrained fills a VisionTransformer.")
         tensors = open_safetensors(files)  # the headers, checked against the file; no array read yet
         if fmt == "timm":
             self.args, self.qkv_bias = timm.args_from_config(config, tensors, where)
@@ -284,8 +289,32 @@ def from_pretrained(path: str | os.PathLike, *, resample: str | None = None, var
     from keras_vit.models import vit_keywords
 
     check_keywords(overrides, vit_keywords() | {"resample", "variant"}, "from_pretrained")
+    fmt, config, files = _locate(path)
+    if fmt == "transformers" and dense_transformers.claims(config):
+        return _dense_from_pretrained(config, files, path, resample, variant, overrides)
     with _Checkpoint(path) as checkpoint:
         return _build_and_load(checkpoint, path, resample, variant, overrides)
+
+
+_DENSE_OVERRIDES = ("image_size", "dynamic_image_size", "posemb_resample", "attention_implementation", "remat",
+                    "dropout_rate", "attention_dropout_rate", "drop_path_rate", "name")
+
+
+def _dense_from_pretrained(config, files, path, resample, variant, overrides):
+    """transformers' DPT / Depth Anything folder -> a DensePredictor (keras_vit/dense/transformers.py)."""
+    if variant is not None or resample is not None:
+        raise ValueError(f"{path} is a dense transformers checkpoint: its config gives the sizes and its "
+                         "backbone's resampling; drop variant / resample (posemb_resample sets the method).")
+    unsupported = sorted(set(overrides) - set(_DENSE_OVERRIDES))
+    if unsupported:
+        raise ValueError(f"{path} is a dense-prediction checkpoint: {unsupported[0]!r} is a classifier's option; "
+                         f"a dense model's backbone takes {', '.join(_DENSE_OVERRIDES)}.")
+    folder = os.path.dirname(os.path.abspath(files[0]))
+    tensors = open_safetensors(files)
+    model = dense_transformers.from_folder(config, tensors, folder, **overrides)
+    log.info("built a transformers %s (%s backbone: %s) from %s", model.head_config.kind, model.task,
+             _sizes_text(model.backbone), path)
+    return model
 
 
 def _build_and_load(checkpoint, path, resample, variant, overrides):
@@ -363,8 +392,17 @@ def convert(path, out, *, variant=None, image_size=None, classes=None, represent
 # -- saving --------------------------------------------------------------------------------
 
 def _check_savable(model, fmt):
+    from keras_vit.dense.model import DensePredictor
     from keras_vit.models import VisionTransformer
 
+    if isinstance(model, DensePredictor):
+        if fmt != "transformers":
+            raise ValueError(f"{model.name!r} is a dense model: format='transformers' writes it (DPT, Depth "
+                             f"Anything); {fmt} has no dense heads.")
+        problems = dense_transformers.unsavable(model)
+        if problems:
+            raise ValueError(f"{model.name!r} cannot be saved in transformers' format: it has {', '.join(problems)}.")
+        return
     if not isinstance(model, VisionTransformer):
         raise ValueError(f"expected a keras_vit.VisionTransformer, got {type(model).__name__}.")
     problems = _WRITERS[fmt].unsavable(model)
@@ -378,7 +416,13 @@ def state_dict(model, fmt="timm"):
     if fmt not in _WRITERS:
         raise ValueError(f"Unknown format {fmt!r}; use 'timm' or 'transformers'.")
     _check_savable(model, fmt)
-    return _WRITERS[fmt].state_dict(model)
+    return _writer_of(model, fmt).state_dict(model)
+
+
+def _writer_of(model, fmt):
+    from keras_vit.dense.model import DensePredictor
+
+    return dense_transformers if isinstance(model, DensePredictor) else _WRITERS[fmt]
 
 
 @refuse_unknown_keywords
@@ -408,10 +452,10 @@ def save_pretrained(model: keras.Model, folder: str | os.PathLike, *, format: st
         raise ValueError(f"Unknown format {format!r}; use 'timm' or 'transformers'.")
     require_safetensors()
     _check_savable(model, format)
-    if format == "timm" and model.approximate_gelu:
+    if format == "timm" and getattr(model, "approximate_gelu", False):
         log.warning("%s uses the tanh GELU; timm's ViT computes the exact (erf) GELU, so its logits will "
                     "differ slightly (about 1e-4)", model.name)
     tensors = state_dict(model, format)
-    write_folder(folder, tensors, _WRITERS[format].files_of(model), overwrite=overwrite)
+    write_folder(folder, tensors, _writer_of(model, format).files_of(model), overwrite=overwrite)
     log.info("wrote %s (%s format, %d arrays)", folder, format, len(tensors))
     return os.fspath(folder)

@@ -116,6 +116,10 @@ FLOORS = {
     "keras_vit.models": 2,
     "keras_vit.posemb": 3, "keras_vit.checkpoints": 3, "keras_vit.pretrained": 3, "keras_vit.distill": 3,
     "keras_vit.masked": 3,
+    # dense/: its config and layers beside the backbone's, its heads above them, the model and readers beside
+    # the checkpoint readers (pretrained dispatches to them)
+    "keras_vit.dense.config": 0, "keras_vit.dense.layers": 1, "keras_vit.dense.heads": 1,
+    "keras_vit.dense.model": 3, "keras_vit.dense.transformers": 3, "keras_vit.dense": 3,
     "keras_vit.formats": 3, "keras_vit.formats._assign": 3, "keras_vit.formats._torch": 3,
     "keras_vit.formats.official": 3, "keras_vit.formats.timm": 3, "keras_vit.formats.transformers": 3,
     "keras_vit.formats._safetensors": 3, "keras_vit.formats._headers": 3, "keras_vit.formats.keras_files": 3,

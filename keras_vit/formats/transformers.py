@@ -35,6 +35,7 @@ TRANSFORMERS_ARCHITECTURES = ("ViTForImageClassification", "ViTModel", "DeiTMode
                               "SiglipModel", "BeitModel", "BeitForImageClassification")
 TRANSFORMERS_MODEL_TYPES = ("vit", "deit", "dinov2", "dinov2_with_registers", "clip", "clip_vision_model", "siglip",
                             "siglip_vision_model", "beit")
+DENSE_MODEL_TYPES = ("dpt", "depth_anything")  # dense heads on a backbone: keras_vit/dense/transformers.py
 _ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "quick_gelu": "quick_gelu"}
 # transformers' own resampling of position embeddings at another size (keras_vit.interpolation's names)
 TRANSFORMERS_RESAMPLE = {"dinov2_with_registers": "torch_bicubic_antialias"}  # others: "torch_bicubic"
@@ -63,6 +64,8 @@ def claims(config, where):
     if "model_type" not in config:
         return False
     model_type = config["model_type"]
+    if model_type in DENSE_MODEL_TYPES:  # keras_vit/dense/transformers.py reads them
+        return True
     if model_type not in TRANSFORMERS_MODEL_TYPES:
         missing = MISSING_FEATURES.get(str(model_type).replace("_", "-"))
         raise ValueError(f"{where}: unsupported transformers model_type {shown(model_type)}"
