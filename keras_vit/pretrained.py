@@ -136,8 +136,8 @@ class _Checkpoint:
     """A located checkpoint, each file opened once: its format, VisionTransformer arguments and, to load
     from, the open .npz or the safetensors' arrays. A context manager (closes the .npz)."""
 
-    def __init__(self, path):
-        fmt, config, files = _locate(path)
+    def __init__(self, path, located=None):
+        fmt, config, files = located or _locate(path)
         self.format, self.files, self.archive, self.tensors, self.qkv_bias = fmt, files, None, None, True
         if fmt == "official":
             self.archive = official.NpzArchive(files[0])
@@ -289,10 +289,11 @@ def from_pretrained(path: str | os.PathLike, *, resample: str | None = None, var
     from keras_vit.models import vit_keywords
 
     check_keywords(overrides, vit_keywords() | {"resample", "variant"}, "from_pretrained")
-    fmt, config, files = _locate(path)
+    located = _locate(path)  # once: a hub name is resolved (snapshot_download) here and nowhere else
+    fmt, config, files = located
     if fmt == "transformers" and dense_transformers.claims(config):
         return _dense_from_pretrained(config, files, path, resample, variant, overrides)
-    with _Checkpoint(path) as checkpoint:
+    with _Checkpoint(path, located) as checkpoint:
         return _build_and_load(checkpoint, path, resample, variant, overrides)
 
 
