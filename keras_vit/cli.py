@@ -103,6 +103,8 @@ def _train(args):
     recipe = find_recipe(args.recipe)
     config = apply_overrides(load_recipe(recipe), args.set)
     model_dir = args.model_dir or os.path.join("runs", os.path.splitext(os.path.basename(recipe))[0])
+    if config["objective"] in ("segmentation", "depth"):
+        from keras_vit.dense.training import train
     metrics = train(config, model_dir, backup_dir=args.backup_dir, overwrite=args.overwrite)
     if metrics["stopped_early"]:
         raise RuntimeError(f"training stopped after {metrics['epochs_completed']} of {config['epochs']} epochs "
@@ -110,6 +112,16 @@ def _train(args):
 
 
 def _visualize(args):
+    from keras_vit.dense.predict import is_dense_file
+
+    if is_dense_file(args.model):  # a depth or segmentation model: its predictions drawn over the images
+        from keras_vit.dense.predict import predict_dense_files
+
+        if not args.image:
+            raise ValueError(f"{args.model} is a dense model: give the images to draw its predictions over "
+                             "(--image IMG ...).")
+        predict_dense_files(args.model, args.image, args.out, overlay_images=True)
+        return
     from keras_vit.visualize import FIGURES, visualize_files
 
     written = visualize_files(args.model, args.out, args.image, batch_size=args.batch_size,
@@ -131,6 +143,15 @@ def _export(args):
 
         command = [sys.executable, "-m", "keras_vit.cli", *args.argv]
         return subprocess.run(command, env=dict(os.environ, KERAS_BACKEND="tensorflow")).returncode
+    from keras_vit.dense.predict import is_dense_file
+
+    if is_dense_file(args.model):
+        from keras_vit.dense.export import export_dense
+
+        export_dense(args.model, args.out, format=args.format, quantize=args.quantize, samples=args.samples,
+                     representative=args.representative, max_samples=args.max_samples,
+                     calibration_images=args.calibration_images, overwrite=args.overwrite)
+        return None
     from keras_vit.export import export_model
 
     export_model(
@@ -152,6 +173,13 @@ def _export(args):
 
 
 def _predict(args):
+    from keras_vit.dense.predict import is_dense_file
+
+    if is_dense_file(args.model):  # a depth or segmentation model: a picture per image into --out (a folder)
+        from keras_vit.dense.predict import predict_dense_files
+
+        predict_dense_files(args.model, args.images, args.out or "predictions")
+        return
     from keras_vit.export import load_classifier
     from keras_vit.report import image_paths, predict_files
 
@@ -344,7 +372,9 @@ def _add_predict(commands):
                    "them (searched recursively; class subfolders named as the model's classes add accuracy)")
     p.add_argument("--top", type=int, default=5, help="classes to print per image (default 5)")
     p.add_argument("--out", default=None, metavar="CSV", help="also write the predictions here (CSV: path, "
-                   "classes and probabilities, label and correct for class subfolders)")
+                   "classes and probabilities, label and correct for class subfolders); for a dense model (depth, "
+                   "segmentation) the folder its pictures go to (default predictions/): <name>_mask.png, a palette "
+                   "PNG of class indices, or <name>_depth.png and .npy")
     p.set_defaults(func=_predict, check=_check_predict)
 
 

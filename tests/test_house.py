@@ -120,6 +120,10 @@ FLOORS = {
     # the checkpoint readers (pretrained dispatches to them)
     "keras_vit.dense.config": 0, "keras_vit.dense.layers": 1, "keras_vit.dense.heads": 1,
     "keras_vit.dense.model": 3, "keras_vit.dense.transformers": 3, "keras_vit.dense": 3,
+    # its losses beside the layers, its pictures and scenes at the bottom, its data beside keras_vit.data, its
+    # training job above the training loop it runs in
+    "keras_vit.dense.losses": 1, "keras_vit.dense.visualize": 0, "keras_vit.dense.scenes": 0,
+    "keras_vit.dense.data": 4, "keras_vit.dense.training": 5,
     "keras_vit.formats": 3, "keras_vit.formats._assign": 3, "keras_vit.formats._torch": 3,
     "keras_vit.formats.official": 3, "keras_vit.formats.timm": 3, "keras_vit.formats.transformers": 3,
     "keras_vit.formats._safetensors": 3, "keras_vit.formats._headers": 3, "keras_vit.formats.keras_files": 3,

@@ -2,6 +2,9 @@
 
 `DenseHead` (the head's options), `DensePredictor` (backbone + head as one Keras model), the heads'
 layers, and transformers' DPT / Depth Anything checkpoints through `keras_vit.from_pretrained`.
+Training (`keras_vit.dense.training.train`, `keras-vit train` with objective "segmentation" or "depth"): the
+data readers in `keras_vit.dense.data`, losses and metrics in `keras_vit.dense.losses`, pictures in
+`keras_vit.dense.visualize`, Fashion-MNIST scenes in `keras_vit.dense.scenes`.
 
 Example:
 >>> model = keras_vit.from_pretrained("tests/data/dense/hf_depth_anything")  # a (tiny) Depth Anything folder

@@ -59,6 +59,14 @@ DEFAULTS = {
     # or "align": the model takes distill.teacher's blocks as its last ones and its front end learns to make the
     # teacher's tokens (keras_vit.distill.TokenAligner), labels unused; then fine-tune it with --set init=PATH
     "objective": "classify",
+    # objective "segmentation" or "depth" (keras_vit.dense.training.train): data is a folder of images/ + masks/ (or depth/)
+    # pairs, or "fashion_scenes" (Fashion-MNIST items composed into 64x64 scenes, keras_vit.dense.scenes). head
+    # "linear" (DINOv2's BN + 1x1 conv), "dpt" or "depth_anything"; taps None: the last block (linear), four
+    # evenly spaced blocks (DPT); head_options: further DenseHead fields; mode "finetune" or "linear_probe" (the
+    # backbone frozen). Training crops rescale each pair by min_scale-max_scale; masks' 255 is ignored.
+    "dense": {"head": "linear", "taps": None, "head_options": None, "mode": "finetune", "ignore_index": 255,
+              "min_scale": 0.5, "max_scale": 2.0, "depth_scale": 0.001, "silog_lambda": 0.5, "max_depth": None,
+              "scenes_train": 20000, "scenes_test": 2000, "fashion_dir": "/usr/share/datasets/fashion-mnist"},
     "mpp": {"corrupt": 0.5, "mask": 0.8, "random": 0.1, "bits": 3},
     "resample": "official",  # position-embedding resampling when the checkpoint's grid differs
     # augmentation
@@ -102,7 +110,7 @@ MODEL_KEYS = tuple(f.name for f in dataclasses.fields(ViTConfig) if f.name not i
 # Keys for which "none" is a value, not None: `--set crop=none` (resize only).
 NONE_IS_A_NAME = ("crop",)
 # Recipe sections set key by key (`--set distill.kind=soft`); the model's keys are MODEL_KEYS.
-SECTIONS = ("model", "distill", "mpp")
+SECTIONS = ("model", "distill", "mpp", "dense")
 # Short names for --set: `--set teacher=PATH`, `--set init=PATH` (or `weights=PATH`, keras.applications' word).
 ALIASES = {"teacher": "distill.teacher", "init": "init_checkpoint", "weights": "init_checkpoint"}
 

@@ -39,6 +39,8 @@ from keras_vit.training.optimizers import build_optimizer
 # "classify" (labels, a teacher's too when distill.teacher is set), "mpp" (masked patch prediction,
 # no labels), "align" (inherit a teacher's blocks and regress its tokens, no labels)
 OBJECTIVES = ("classify", "mpp", "align")
+# per-pixel objectives, trained by keras_vit.dense.training.train
+DENSE_OBJECTIVES = ("segmentation", "depth")
 
 log = logging.getLogger(__name__)
 
@@ -108,9 +110,7 @@ def train(config: dict[str, Any], model_dir: str | os.PathLike, backup_dir: str 
     (True, True)
     """
     config = copy.deepcopy(config)
-    for key in ("epochs", "batch_size"):
-        if not isinstance(config[key], int) or config[key] < 1:
-            raise ValueError(f"{key} must be a positive integer, got {config[key]!r}.")
+    check_run_keys(config)
     if config["randaugment"]:
         check_rand_augment(config["randaugment"])  # before minutes of decoding, not after
     if config["class_weight"] not in (None, "balanced"):
@@ -119,6 +119,25 @@ def train(config: dict[str, Any], model_dir: str | os.PathLike, backup_dir: str 
     if config["class_weight"] and config["objective"] != "classify":
         raise ValueError(f"class_weight weighs the classes of the labels; objective {config['objective']!r} "
                          "uses no labels.")
+    return run_job(config, model_dir, _train, backup_dir=backup_dir, verbose=verbose, overwrite=overwrite)
+
+
+def check_run_keys(config: dict[str, Any]) -> None:
+    """Refuses an epoch count or batch size that is not a positive integer (any job's first check)."""
+    for key in ("epochs", "batch_size"):
+        if not isinstance(config[key], int) or config[key] < 1:
+            raise ValueError(f"{key} must be a positive integer, got {config[key]!r}.")
+
+
+def run_job(config: dict[str, Any], model_dir: str | os.PathLike, job: Any, *,
+            backup_dir: str | os.PathLike | None = None, verbose: str | int = "auto",
+            overwrite: bool = False) -> dict[str, Any]:
+    """What every training job shares: the model dir's check (a finished run is refused unless
+    `overwrite`), the strategy (tf.distribute, or Keras' distribution under jax / torch), the precision
+    policy and the seed, then `job(config, model_dir, backup_dir, strategy, index, is_chief, verbose,
+    (policy, why))` in the distribution's scope; a model dir this run created is removed again when the
+    job fails before writing anything. (`train` runs the classification job; `keras_vit.dense.training.train`
+    the dense one.)"""
     policy, why = resolve_precision(config["precision"])  # an unknown name fails before anything starts
     _check_model_dir(model_dir, backup_dir, overwrite)
     created = not os.path.exists(model_dir)
@@ -140,7 +159,7 @@ def train(config: dict[str, Any], model_dir: str | os.PathLike, backup_dir: str 
         scope = strategy.scope() if isinstance(strategy, KerasDistribution) else contextlib.nullcontext()
         try:
             with scope:
-                return _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, (policy, why))
+                return job(config, model_dir, backup_dir, strategy, index, is_chief, verbose, (policy, why))
         finally:
             keras.mixed_precision.set_global_policy("float32")
     except BaseException:
@@ -199,7 +218,7 @@ def compile_for_training(model: keras.Model, config: dict[str, Any], steps_per_e
             **({"reduction": "mean_with_sample_weight"} if padded else {})),
         # weighted_metrics: the only ones that see sample weights (the zero weights of padded rows)
         **{"weighted_metrics" if padded else "metrics": [keras.metrics.CategoricalAccuracy(name="accuracy")]},
-        jit_compile=_jit_compile(config["jit_compile"]),
+        jit_compile=jit_compile_setting(config["jit_compile"]),
     )
 
 
@@ -254,17 +273,9 @@ def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, pr
         compile_for_training(model, config, steps, padded=padded)
         fit_model = wrap_for_training(model, config, steps)  # the model, or the wrapper that trains it
     apply_multi_worker_fix(fit_model, strategy)
-    backup_dir = backup_dir or os.path.join(model_dir, "backup")
-    # One folder per worker: workers sharing one crash on the HDF5 file lock.
-    worker_backup = os.path.join(backup_dir, f"worker_{index}")
-    counter = EpochCounter(worker_backup)
-    callbacks = [counter, keras.callbacks.TerminateOnNaN(),
-                 keras.callbacks.BackupAndRestore(worker_backup, double_checkpoint=True)]
     monitor = ("val_" if val_ds is not None else "") + ("explained" if config["objective"] == "align" else "accuracy")
-    callbacks.append(BestModelCheckpoint(os.path.join(out_dir, "best.keras"), monitor, enabled=is_chief,
-                                         save_target=model if fit_model is not model else None))
-    callbacks.append(keras.callbacks.CSVLogger(os.path.join(out_dir, "history.csv"), append=True))
-    callbacks.extend(tensorboard_callback(out_dir, is_chief))
+    counter, callbacks = run_callbacks(model_dir, out_dir, backup_dir, index, is_chief, monitor,
+                                       save_target=model if fit_model is not model else None)
 
     start, cpu_start = time.time(), time.process_time()
     try:
@@ -316,23 +327,43 @@ def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, pr
         "config": config,
         **_task_metrics(model, config, test_ds, os.path.join(out_dir, "history.csv")),
         "backend": keras.backend.backend(),
-        "versions": _versions(),
+        "versions": versions(),
     }
     if is_chief:
         with atomic_path(os.path.join(out_dir, "model.keras")) as tmp:
             model.save(tmp)
     with atomic_path(os.path.join(out_dir, "metrics.json")) as tmp:
         with open(tmp, "w") as f:
-            json.dump(metrics, f, indent=2, default=_json_default)
+            json.dump(metrics, f, indent=2, default=json_default)
     print(f"keras-vit train: {'stopped early after' if stopped else 'done:'} {counter.epochs_completed} epochs, "
           f"test accuracy {test_accuracy:.4f}, test loss {test_loss:.4f}, {train_seconds:.0f} s, "
           f"{strategy_name(strategy)} x{strategy.num_replicas_in_sync} -> {out_dir}", flush=True)
     return metrics
 
 
+def run_callbacks(model_dir: str, out_dir: str, backup_dir: str | os.PathLike | None, index: int, is_chief: bool,
+                  monitor: str, save_target: keras.Model | None = None) -> tuple[EpochCounter, list[Any]]:
+    """(the epoch counter, every callback of a run): the counter, TerminateOnNaN, BackupAndRestore (a
+    folder per worker: workers sharing one crash on the HDF5 file lock), the best model by `monitor`
+    (best.keras), history.csv and TensorBoard logs."""
+    backup_dir = backup_dir or os.path.join(model_dir, "backup")
+    worker_backup = os.path.join(backup_dir, f"worker_{index}")
+    counter = EpochCounter(worker_backup)
+    callbacks = [counter, keras.callbacks.TerminateOnNaN(),
+                 keras.callbacks.BackupAndRestore(worker_backup, double_checkpoint=True),
+                 BestModelCheckpoint(os.path.join(out_dir, "best.keras"), monitor, enabled=is_chief,
+                                     save_target=save_target),
+                 keras.callbacks.CSVLogger(os.path.join(out_dir, "history.csv"), append=True)]
+    callbacks.extend(tensorboard_callback(out_dir, is_chief))
+    return counter, callbacks
+
+
 def _check_objective(config):
     """Refuses an unknown objective, and a teacher where the objective needs one or takes none."""
     objective, teacher = config["objective"], config["distill"]["teacher"]
+    if objective in DENSE_OBJECTIVES:
+        raise ValueError(f"objective {objective!r} is a dense job: keras_vit.dense.training.train(config, model_dir) runs it "
+                         "(as `keras-vit train` does).")
     if objective not in OBJECTIVES:
         raise ValueError(f"Unknown objective {objective!r}; use one of {OBJECTIVES}.")
     if objective == "align" and not teacher:
@@ -372,7 +403,7 @@ def wrap_for_training(model, config, steps):
                             name="distiller")
     else:
         return model
-    wrapper.compile(optimizer=build_optimizer(config, steps), jit_compile=_jit_compile(config["jit_compile"]))
+    wrapper.compile(optimizer=build_optimizer(config, steps), jit_compile=jit_compile_setting(config["jit_compile"]))
     return wrapper
 
 
@@ -416,7 +447,7 @@ def _pad_batches(ds, multiple):
     return ds.map(pad)
 
 
-def _jit_compile(value):
+def jit_compile_setting(value):
     """The recipe's jit_compile, for the backend: False (TensorFlow's graphs without XLA) is Keras' own
     default elsewhere, since jax has no compiled mode but XLA and torch runs eagerly."""
     if value is False and keras.backend.backend() != "tensorflow":
@@ -424,7 +455,7 @@ def _jit_compile(value):
     return value
 
 
-def _versions():
+def versions():
     versions = {"tensorflow": tf.__version__, "keras": keras.__version__}
     backend = keras.backend.backend()
     if backend != "tensorflow":
@@ -432,7 +463,7 @@ def _versions():
     return versions
 
 
-def _json_default(value):
+def json_default(value):
     if isinstance(value, (np.integer, np.floating)):
         return value.item()
     if isinstance(value, tuple):
