@@ -324,7 +324,7 @@ def load_dense_folder(root: str | os.PathLike, task: str = "segmentation", *, st
             split.class_names = names
     for name, split in splits.items():
         if len(split) == 0:
-            raise ValueError(f"{root}: the {name} split has no usable image/{TARGET_FOLDERS[task]} pair"
+            raise ValueError(f"{root}: the {name} split has no usable image/{'mask' if task == 'segmentation' else 'depth'} pair"
                              f"{'; left out: ' + '; '.join(f'{n}: {r}' for n, r in split.skipped[:3]) if split.skipped else ''}.")
     return splits
 

@@ -7,7 +7,7 @@ pixel statistics say; it returns `logits` (N, h, w, classes) and `classes` (N, h
 segmentation, `depth` (N, h, w) for depth, at the model's output size. Each export runs on sample pairs
 beside the Keras model before it is renamed into place: max |diff| relative to the output's scale
 (float exports within 1e-4), and for segmentation the pixels whose class agrees and the mIoU of both
-against the masks (int8 within 1 point of Keras', else refused). `PATH.json` beside the export holds
+against the masks (float16 and int8 within 1 point of Keras', else refused). `PATH.json` beside the export holds
 the class names and the parity report.
 
 Example:
@@ -232,7 +232,7 @@ def export_dense(model: DensePredictor | str | os.PathLike, path: str | os.PathL
     default the model's own test data, from the metrics.json of `keras-vit train` beside its file.
     `representative`: int8's calibration images (the same kinds; default: the samples).
     Raises ValueError, writing nothing, when the export differs from Keras past the tolerance (float
-    exports 1e-4 relative; int8 segmentation: mIoU more than 1 point below Keras').
+    exports 1e-4 relative; float16 and int8 segmentation: mIoU more than 1 point below Keras').
     """
     model_path = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
     if model_path is not None:
@@ -295,14 +295,15 @@ def export_dense(model: DensePredictor | str | os.PathLike, path: str | os.PathL
 
 
 def _check(report: dict[str, Any], model: DensePredictor, path: str, quantize: str | None) -> None:
-    if quantize != "int8" and report["relative_max_abs_diff"] > FLOAT_TOLERANCE:
-        raise ValueError(f"the {report['format']}{' ' + quantize if quantize else ''} export of {model.name} differs "
-                         f"from Keras by {report['relative_max_abs_diff']:.3g} (relative; tolerance "
-                         f"{FLOAT_TOLERANCE:g}). Nothing was written to {path}.")
-    if quantize == "int8" and "miou_drop" in report and report["miou_drop"] > INT8_MIOU_DROP:
-        raise ValueError(f"the int8 TFLite export of {model.name} scores mIoU {report['export_miou']:.4f} against "
-                         f"Keras' {report['keras_miou']:.4f}, more than {INT8_MIOU_DROP * 100:g} point below. Nothing "
-                         f"was written to {path}; export float16 instead.")
+    if not quantize and report["relative_max_abs_diff"] > FLOAT_TOLERANCE:
+        raise ValueError(f"the float32 {report['format']} export of {model.name} differs from Keras by "
+                         f"{report['relative_max_abs_diff']:.3g} (relative; tolerance {FLOAT_TOLERANCE:g}). Nothing "
+                         f"was written to {path}.")
+    if quantize and "miou_drop" in report and report["miou_drop"] > INT8_MIOU_DROP:
+        raise ValueError(f"the {quantize} TFLite export of {model.name} scores mIoU {report['export_miou']:.4f} "
+                         f"against Keras' {report['keras_miou']:.4f}, more than {INT8_MIOU_DROP * 100:g} point below. "
+                         f"Nothing was written to {path}"
+                         f"{'; export float16 instead' if quantize == 'int8' else ''}.")
 
 
 def format_report(report: dict[str, Any]) -> str:
