@@ -83,7 +83,13 @@ class DenseSplit:
 
 def from_arrays(images: np.ndarray, targets: np.ndarray, task: str = "segmentation",
                 class_names: Sequence[str] | None = None, origin: str = "arrays") -> DenseSplit:
-    """A DenseSplit of in-memory pairs: images (N, H, W, 3) uint8, targets (N, H, W) class indices or depth."""
+    """A DenseSplit of in-memory pairs: images (N, H, W, 3) uint8, targets (N, H, W) class indices or depth.
+
+    Example:
+    >>> split = from_arrays(np.zeros((4, 16, 16, 3), np.uint8), np.ones((4, 16, 16), np.uint8))
+    >>> len(split), split.class_names
+    (4, ['class_0', 'class_1'])
+    """
     images, targets = np.asarray(images), np.asarray(targets)
     if task not in TASKS:
         raise ValueError(f"task {task!r}: use one of {TASKS}.")
@@ -96,6 +102,21 @@ def from_arrays(images: np.ndarray, targets: np.ndarray, task: str = "segmentati
         class_names = [f"class_{i}" for i in range(top + 1)]
     return DenseSplit(task, images, targets, list(class_names) if class_names is not None else None,
                       [f"{origin}[{i}]" for i in range(len(images))], origin)
+
+
+def load_pairs_npz(path: str | os.PathLike, task: str = "segmentation",
+                   class_names: Sequence[str] | None = None) -> DenseSplit:
+    """A DenseSplit of the pairs in a .npz: `images` (N, H, W, 3) or grey (N, H, W) uint8 and `targets`
+    (N, H, W); read without unpickling (saved_models/seg_fashion/test_scenes.npz is one)."""
+    name = os.fspath(path)
+    try:
+        with np.load(name, allow_pickle=False) as arrays:
+            images, targets = arrays["images"], arrays["targets"]
+    except (KeyError, ValueError, OSError) as e:
+        raise ValueError(f"{name}: a .npz of pairs holds `images` and `targets` arrays of numbers ({e}).") from None
+    if images.ndim == 3:
+        images = np.repeat(images[..., None], 3, axis=-1)
+    return from_arrays(images, targets, task, class_names, origin=name)
 
 
 # --- reading one target ----------------------------------------------------------------
@@ -126,6 +147,11 @@ def read_mask(path: str | os.PathLike) -> np.ndarray:
 
     Palette PNGs give their palette indices (not their colours); grey PNGs their values. A colour
     (RGB) PNG is refused: its colours name no classes. The header is checked first (size, bombs).
+
+    Example:
+    >>> mask = read_mask("tests/data/dense_folder/masks/scene_00.png")  # a palette PNG
+    >>> mask.shape, sorted(np.unique(mask).tolist())
+    ((48, 64), [0, 1, 2, 255])
     """
     name = os.fspath(path)
     with open(name, "rb") as f:
@@ -168,7 +194,13 @@ def _palette_indices(rgb: np.ndarray, palette: np.ndarray, name: str) -> np.ndar
 
 def read_depth(path: str | os.PathLike, depth_scale: float = 0.001) -> np.ndarray:
     """A depth map -> (H, W) float32: a 16-bit (or 8-bit) grey PNG times `depth_scale`, or a `.npy` of
-    (H, W) or (H, W, 1) numbers (read without unpickling; its header's size checked first)."""
+    (H, W) or (H, W, 1) numbers (read without unpickling; its header's size checked first).
+
+    Example:
+    >>> depth = read_depth("tests/data/depth_folder/depth/scene_00.png", depth_scale=0.001)  # millimetres
+    >>> depth.dtype.name, round(float(depth.max()), 3)
+    ('float32', 4.0)
+    """
     name = os.fspath(path)
     if name.lower().endswith(".npy"):
         try:
@@ -207,7 +239,7 @@ def read_target(path: str | os.PathLike, task: str, depth_scale: float = 0.001) 
 # --- folders ---------------------------------------------------------------------------
 
 def _stems(folder: str, targets: bool) -> dict[str, str]:
-    found = {}
+    found: dict[str, str] = {}
     for base, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for f in sorted(files):
@@ -298,6 +330,13 @@ def load_dense_folder(root: str | os.PathLike, task: str = "segmentation", *, st
     `FOLDER/{train,val,test}/images|masks` gives its own splits; a flat `FOLDER/images|masks` is split
     here (seeded): `test_fraction` of the pairs held out as "test". Class names come from
     `FOLDER/classes.txt`, else "class_0" .. up to the largest index any mask holds.
+
+    Example:
+    >>> splits = load_dense_folder("tests/data/dense_folder", test_fraction=0.25)
+    >>> len(splits["train"]), len(splits["test"]), splits["train"].class_names
+    (10, 3, ['background', 'disc', 'square'])
+    >>> sorted(name for name, reason in splits["train"].skipped)  # each named, with its reason
+    ['images/broken.jpg', 'images/odd.png', 'masks/lonely.png']
     """
     root = os.fspath(root)
     if task not in TASKS:
@@ -386,6 +425,12 @@ def make_dense_dataset(split: DenseSplit, image_size: int | Sequence[int], batch
     int32 class indices (255 ignored) or float32 depth (0: none). `scaled=False` gives the pixels
     (float32 0-255) instead of the model's inputs, for pictures. Files are decoded in parallel; a pair
     that fails to decode after its scan passed is dropped with its error in the log.
+
+    Example:
+    >>> train = load_dense_folder("tests/data/dense_folder")["train"]
+    >>> images, masks = next(iter(make_dense_dataset(train, (32, 32), batch_size=2, training=True)))
+    >>> tuple(images.shape), tuple(masks.shape), str(masks.dtype.name)
+    ((2, 32, 32, 3), (2, 32, 32), 'int32')
     """
     size = (image_size, image_size) if isinstance(image_size, int) else tuple(int(s) for s in image_size)
     if len(split) == 0:

@@ -23,7 +23,8 @@ import logging
 import os
 import shutil
 import tempfile
-from typing import Any, Sequence
+import warnings
+from typing import Any, Sequence, cast
 
 import keras
 import numpy as np
@@ -127,7 +128,9 @@ def _tflite_bytes(graph: DenseServingGraph, quantize: str | None, calibration: n
                     yield {INPUT_NAME: image[None]}
 
             converter.representative_dataset = representative
-        return converter.convert()
+        with warnings.catch_warnings():  # the calibrator runs TF's deprecated interpreter: not ours to act on
+            warnings.filterwarnings("ignore", message=r"\s*Warning: tf.lite.Interpreter is deprecated")
+            return converter.convert()
 
 
 def _runner(format: str, path: str, content: bytes | None = None) -> Any:
@@ -157,7 +160,9 @@ def _runner(format: str, path: str, content: bytes | None = None) -> Any:
 def _samples(model: DensePredictor, source: Any, max_samples: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray | None]:
     """uint8 images at the model's size and their targets (resized nearest), from a DenseSplit, a dense
     folder, (images, targets) arrays, or the model's own test data (metrics.json beside a .keras file)."""
-    if isinstance(source, tuple):
+    if isinstance(source, (str, os.PathLike)) and os.fspath(source).endswith(".npz"):
+        split = dense_data.load_pairs_npz(source, model.task, model.class_names)
+    elif isinstance(source, tuple):
         split = dense_data.from_arrays(source[0], source[1], model.task, model.class_names)
     elif isinstance(source, dense_data.DenseSplit):
         split = source
@@ -192,7 +197,7 @@ def _recipe_samples(model_path: str | None) -> Any:
 def _scores(model: DensePredictor, outputs: np.ndarray, targets: np.ndarray | None) -> dict[str, Any]:
     if targets is None or model.task != "segmentation":
         return {}
-    classes = model.head_config.classes
+    classes = int(model.head_config.classes or 0)
     predicted = outputs.argmax(-1)
     confusion = dense_losses.confusion_matrix(targets, predicted, classes)
     return {"miou": dense_losses.segmentation_scores(confusion, model.class_names)["miou"]}
@@ -228,19 +233,34 @@ def export_dense(model: DensePredictor | str | os.PathLike, path: str | os.PathL
                  max_samples: int = 200, calibration_images: int = 200, overwrite: bool = False) -> dict[str, Any]:
     """Exports a DensePredictor (or its .keras file); returns the parity report (also in PATH.json).
 
-    `samples`: pairs for the parity check (a dense folder, a DenseSplit, (images, targets) arrays);
+    `samples`: pairs for the parity check (a dense folder, a .npz of `images` and `targets`, a DenseSplit,
+    (images, targets) arrays);
     default the model's own test data, from the metrics.json of `keras-vit train` beside its file.
     `representative`: int8's calibration images (the same kinds; default: the samples).
     Raises ValueError, writing nothing, when the export differs from Keras past the tolerance (float
     exports 1e-4 relative; float16 and int8 segmentation: mIoU more than 1 point below Keras').
+
+    Example:
+    >>> head = keras_vit.DenseHead(kind="linear", task="segmentation", taps=(1,), final_norm=True, classes=3)
+    >>> model = keras_vit.DensePredictor(keras_vit.ViTConfig(image_size=32, patch_size=8, hidden_size=16,
+    ...                                  num_layers=1, num_heads=2, mlp_dim=32), head)
+    >>> pairs = (np.random.default_rng(0).integers(0, 255, (4, 32, 32, 3), dtype=np.uint8), np.zeros((4, 32, 32)))
+    >>> report = export_dense(model, "seg.tflite", samples=pairs)
+    >>> report["relative_max_abs_diff"] < 1e-4, report["class_agreement"]
+    (True, 1.0)
     """
     model_path = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
-    if model_path is not None:
-        model = keras.saving.load_model(model_path, compile=False)
-    if not isinstance(model, DensePredictor):
-        raise ValueError(f"export_dense exports a DensePredictor, got {type(model).__name__}; classifiers export "
+    loaded = keras.saving.load_model(model_path, compile=False) if model_path is not None else model
+    if not isinstance(loaded, DensePredictor):
+        raise ValueError(f"export_dense exports a DensePredictor, got {type(loaded).__name__}; classifiers export "
                          "with keras_vit.export.export_model.")
-    path = os.fspath(path)
+    return _export(loaded, os.fspath(path), format, quantize, samples, representative, max_samples,
+                   calibration_images, overwrite, model_path)
+
+
+def _export(model: DensePredictor, path: str, format: str | None, quantize: str | None, samples: Any,
+            representative: Any, max_samples: int, calibration_images: int, overwrite: bool,
+            model_path: str | None) -> dict[str, Any]:
     format = _format_of(path, format)
     if quantize is not None and (format != "tflite" or quantize not in QUANTIZE):
         raise ValueError(f"quantize={quantize!r}: TFLite takes {QUANTIZE}; {format} exports are float32.")
@@ -259,7 +279,7 @@ def export_dense(model: DensePredictor | str | os.PathLike, path: str | os.PathL
     if quantize == "int8":
         calibration = (images if representative is None else _samples(model, representative, calibration_images)[0])
         calibration = calibration[:calibration_images]
-    model = float32_copy(model)
+    model = cast(DensePredictor, float32_copy(model))
     with dense_attention(model):
         graph = DenseServingGraph(model)
         parent = os.path.dirname(os.path.abspath(path))
@@ -273,7 +293,7 @@ def export_dense(model: DensePredictor | str | os.PathLike, path: str | os.PathL
             elif format == "onnx":
                 from keras_vit import onnx
 
-                content = onnx.convert(graph, path, model.name)
+                content = onnx.convert(cast(Any, graph), path, model.name)  # ServingGraph's protocol
             else:
                 content = _tflite_bytes(graph, quantize, calibration)
             if content is not None:

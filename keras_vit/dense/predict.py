@@ -82,7 +82,7 @@ def _expand(paths: Sequence[str | os.PathLike]) -> list[str]:
         else:
             found.append(p)
     if not found:
-        raise ValueError(f"no image files in {', '.join(map(os.fspath, paths))}.")
+        raise ValueError(f"no image files in {', '.join(str(os.fspath(p)) for p in paths)}.")
     return found
 
 
@@ -107,7 +107,7 @@ def _summary(model: DensePredictor, prediction: np.ndarray) -> str:
     if model.task == "depth":
         return (f"depth min {prediction.min():.4g}, median {np.median(prediction):.4g}, "
                 f"max {prediction.max():.4g}")
-    names = model.class_names or [f"class_{i}" for i in range(model.head_config.classes)]
+    names = model.class_names or [f"class_{i}" for i in range(model.head_config.classes or 0)]
     counts = np.bincount(prediction.reshape(-1), minlength=len(names))
     order = [i for i in np.argsort(-counts) if counts[i]][:4]
     return ", ".join(f"{names[i]} {counts[i] / prediction.size:.1%}" for i in order)
@@ -117,7 +117,16 @@ def predict_dense_files(model: DensePredictor | str | os.PathLike, paths: Sequen
                         out_dir: str | os.PathLike = "predictions", overlay_images: bool = False,
                         verbose: bool = True) -> list[dict[str, Any]]:
     """Predicts every image (files or folders of them) and writes its pictures into `out_dir`; returns
-    one row per image: {"image", "files", "summary"}. Prints a line per image with `verbose`."""
+    one row per image: {"image", "files", "summary"}. Prints a line per image with `verbose`.
+
+    Example:
+    >>> head = keras_vit.DenseHead(kind="linear", task="segmentation", taps=(1,), final_norm=True, classes=3)
+    >>> model = keras_vit.DensePredictor(keras_vit.ViTConfig(image_size=32, patch_size=8, hidden_size=16,
+    ...                                  num_layers=1, num_heads=2, mlp_dim=32), head)
+    >>> rows = predict_dense_files(model, ["tests/data/dense_folder/images/scene_01.jpg"], "masks", verbose=False)
+    >>> rows[0]["files"]
+    ['masks/scene_01_mask.png']
+    """
     if not isinstance(model, DensePredictor):
         model = keras.saving.load_model(os.fspath(model), compile=False)
         if not isinstance(model, DensePredictor):

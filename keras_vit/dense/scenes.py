@@ -81,6 +81,12 @@ def compose_scenes(images: np.ndarray, labels: np.ndarray, count: int, seed: int
     `images` / `labels` (N, 28, 28) / (N,), at random non-overlapping places; mask = class + 1 where
     the item's intensity > `threshold` x its maximum, else 0. Seeded: the same arguments give the same
     scenes.
+
+    Example:
+    >>> items = np.full((2, 28, 28), 200, np.uint8)
+    >>> scenes, masks = compose_scenes(items, np.array([3, 7]), count=5, seed=0)
+    >>> scenes.shape, sorted(np.unique(masks).tolist())
+    ((5, 64, 64, 3), [0, 4, 8])
     """
     images, labels = np.asarray(images), np.asarray(labels)
     if images.ndim != 3 or len(images) != len(labels) or len(images) == 0:

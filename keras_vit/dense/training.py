@@ -10,15 +10,6 @@ history.csv): `train(config, model_dir)` runs it, as `keras-vit train RECIPE` do
 metrics.json holds the test split's scores computed from the predictions over every test pixel at
 the model's input size (segmentation: mIoU, pixel accuracy, IoU per class; depth: AbsRel, delta <
 1.25, RMSE), and test_predictions.png shows a few test images, their targets and the predictions.
-
-Example:
-<!-- slow: trains for a minute on 2 CPU cores -->
->>> from keras_vit.training import apply_overrides, load_recipe
->>> config = apply_overrides(load_recipe("seg_fashion"), ["epochs=1", "dense.scenes_train=256"])
->>> metrics = train(config, "runs/seg_fashion", verbose=0)
-keras-vit train: ...
->>> 0.0 <= metrics["test_miou"] <= 1.0
-True
 """
 
 from __future__ import annotations
@@ -36,6 +27,7 @@ import numpy as np
 import keras_vit.dense.data as dense_data
 import keras_vit.dense.losses as dense_losses
 from keras_vit._files import atomic_path
+from keras_vit.data import unknown_length_quiet
 from keras_vit.dense.config import DenseHead
 from keras_vit.dense.model import DensePredictor
 from keras_vit.dense.visualize import prediction_grid, write_png
@@ -164,7 +156,7 @@ def compile_dense(model: DensePredictor, config: dict[str, Any], steps_per_epoch
     dense = config["dense"]
     model.freeze_backbone(dense["mode"] == "linear_probe")
     if model.task == "segmentation":
-        classes = model.head_config.classes
+        classes = int(model.head_config.classes or 0)
         loss: keras.losses.Loss = dense_losses.SegmentationCrossEntropy(dense["ignore_index"])
         metrics = [dense_losses.mean_iou(classes, dense["ignore_index"]),
                    dense_losses.PixelAccuracy(dense["ignore_index"])]
@@ -181,12 +173,16 @@ def evaluate_dense(model: DensePredictor, dataset: Any, class_names: list[str] |
     "per_class"}, depth {"abs_rel", "delta1", "rmse", "pixels"}.
 
     Example:
-    >>> scores = evaluate_dense(model, make_dense_dataset(test, model.image_size, 32, training=False))
-    >>> scores["miou"]  # doctest: +SKIP
-    0.81
+    >>> head = keras_vit.DenseHead(kind="linear", task="segmentation", taps=(1,), final_norm=True, classes=3)
+    >>> model = keras_vit.DensePredictor(keras_vit.ViTConfig(image_size=32, patch_size=8, hidden_size=16,
+    ...                                  num_layers=1, num_heads=2, mlp_dim=32), head)
+    >>> test = dense_data.load_dense_folder("tests/data/dense_folder", test_fraction=0.25)["test"]
+    >>> scores = evaluate_dense(model, dense_data.make_dense_dataset(test, model.image_size, 4, training=False))
+    >>> sorted(scores), 0.0 <= scores["miou"] <= 1.0
+    (['miou', 'per_class', 'pixel_accuracy'], True)
     """
     if model.task == "segmentation":
-        classes = model.head_config.classes
+        classes = int(model.head_config.classes or 0)
         confusion = np.zeros((classes, classes), np.int64)
         for images, targets in dataset:
             predicted = np.argmax(keras.ops.convert_to_numpy(model(images, training=False)), axis=-1)
@@ -209,7 +205,19 @@ def evaluate_dense(model: DensePredictor, dataset: Any, class_names: list[str] |
 def train(config: dict[str, Any], model_dir: str | os.PathLike, backup_dir: str | os.PathLike | None = None,
           verbose: str | int = "auto", overwrite: bool = False) -> dict[str, Any]:
     """Runs a dense recipe; returns the metrics written to `model_dir/metrics.json` (a killed run
-    resumes from its last finished epoch, as classification's `keras_vit.training.train`)."""
+    resumes from its last finished epoch, as classification's `keras_vit.training.train`).
+
+    Example:
+    <!-- slow: trains for half a minute on 2 CPU cores -->
+    >>> from keras_vit.training import apply_overrides, load_recipe
+    >>> config = apply_overrides(load_recipe("seg_fashion"), [
+    ...     "data=tests/data/dense_folder", "image_size=32", "model.patch_size=8", "model.num_layers=2",
+    ...     "dense.taps=(1, 2)", "epochs=1", "steps_per_epoch=2", "batch_size=4"])
+    >>> metrics = train(config, "runs/masks", verbose=0)
+    keras-vit train: ...
+    >>> 0.0 <= metrics["test_miou"] <= 1.0, sorted(metrics["test_per_class"])
+    (True, ['background', 'disc', 'square'])
+    """
     config = copy.deepcopy(config)
     check_run_keys(config)
     check_dense_config(config)
@@ -256,8 +264,9 @@ def _train_dense(config, model_dir, backup_dir, strategy, index, is_chief, verbo
     counter, callbacks = run_callbacks(model_dir, out_dir, backup_dir, index, is_chief, monitor)
     start, cpu_start = time.time(), time.process_time()
     try:
-        history = model.fit(train_ds, epochs=config["epochs"], steps_per_epoch=steps, validation_data=val_ds,
-                            callbacks=callbacks, verbose=verbose, shuffle=False)
+        with unknown_length_quiet():  # streamed files: tf.data cannot count them ahead
+            history = model.fit(train_ds, epochs=config["epochs"], steps_per_epoch=steps, validation_data=val_ds,
+                                callbacks=callbacks, verbose=verbose, shuffle=False)
     except KeyboardInterrupt:
         print(flush=True)
         raise KeyboardInterrupt(f"interrupted; run the same command again to resume from epoch "
