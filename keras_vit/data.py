@@ -236,6 +236,23 @@ def load_digits(seed: int = 0, test_fraction: float = 0.2) -> dict[str, Split]:
     return {"train": train, "test": test}
 
 
+def load_fashion_items(folder: str | os.PathLike | None = None) -> dict[str, Split]:
+    """Fashion-MNIST (28x28 grey, 10 classes) from the four IDX files of Debian's dataset-fashion-mnist
+    (/usr/share/datasets/fashion-mnist), as RGB uint8: its own 60,000 / 10,000 train / test split.
+
+    Example:
+    <!-- not run: needs Debian's dataset-fashion-mnist (apt-get install dataset-fashion-mnist) -->
+    >>> splits = load_fashion_items()
+    >>> len(splits["train"]), splits["train"].class_names[:2]
+    (60000, ['t-shirt_top', 'trouser'])
+    """
+    from keras_vit.dense.scenes import FASHION_CLASSES, FASHION_MNIST_DIR, load_fashion_mnist
+
+    items = load_fashion_mnist(folder or FASHION_MNIST_DIR)
+    return {split: from_arrays(np.repeat(x[..., None], 3, axis=-1), y, list(FASHION_CLASSES),
+                               origin=f"fashion-mnist {split}") for split, (x, y) in items.items()}
+
+
 def _decode_all(items, infos, origin):
     """Decodes encoded images [(name, bytes)] in parallel into one uint8 array (one upright size)."""
     files = ImageFiles([b for _, b in items], infos, [n for n, _ in items])
@@ -661,10 +678,17 @@ def _check_download_possible(name, data_dir, local_data=TRAIN_LOCAL_DATA):
             f"images that are here: {local_data}, a folder or an archive (.tgz) of train/<class>/ and test/<class>/.")
 
 
+def _debian_fashion_mnist():
+    from keras_vit.dense.scenes import FASHION_MNIST_DIR
+
+    return os.path.isfile(os.path.join(FASHION_MNIST_DIR, "train-images-idx3-ubyte.gz"))
+
+
 def data_source(spec: str | os.PathLike) -> tuple[str, str | None]:
     """The one reading of a data spec: what it names, as (kind, value).
 
-    "digits" -> ("digits", None); "tfds:NAME" or a bare name that is no path -> ("tfds",
+    "digits" -> ("digits", None); "fashion_mnist" -> ("fashion_mnist", None) where Debian's
+    dataset-fashion-mnist is installed (else tfds' fashion_mnist); "tfds:NAME" or a bare name that is no path -> ("tfds",
     NAME); an existing folder -> ("folder", path); an existing file (a .tar/.tgz) ->
     ("archive", path), a .csv file -> ("csv", path). A path that does not exist (it has a
     separator or an archive's extension) is a ValueError naming it.
@@ -676,6 +700,8 @@ def data_source(spec: str | os.PathLike) -> tuple[str, str | None]:
     spec = os.fspath(spec)
     if spec == "digits":
         return "digits", None
+    if spec == "fashion_mnist" and _debian_fashion_mnist():
+        return "fashion_mnist", None  # the local files, not a download
     if spec.startswith("tfds:"):
         return "tfds", spec[len("tfds:"):]
     if os.path.isdir(spec):
@@ -697,6 +723,8 @@ def load_data(spec: str | os.PathLike, splits: Sequence[str] = ("train", "test")
 
     `local_data`: how the caller takes a folder instead of tfds, named when tfds is offline."""
     kind, value = data_source(spec)
+    if kind == "fashion_mnist":
+        return load_fashion_items()
     if kind == "digits":
         return load_digits()
     if kind in ("folder", "csv", "archive"):

@@ -64,7 +64,7 @@ def main(argv=None):
     p.add_argument("run", help="the run's model dir (model.keras, metrics.json, history.csv)")
     p.add_argument("out", help="saved_models/<name>")
     p.add_argument("--command", required=True, help="the command that trained the run, for the card")
-    p.add_argument("--title", default="ViT segmentation of Fashion-MNIST scenes, from scratch")
+    p.add_argument("--title", default="ViT segmentation of Fashion-MNIST scenes")
     args = p.parse_args(argv)
 
     import keras

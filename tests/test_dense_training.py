@@ -23,7 +23,7 @@ DEPTH_FOLDER = DATA / "depth_folder"
 TINY = ["model.patch_size=8", "model.hidden_size=32", "model.num_layers=2", "model.num_heads=2",
         "model.mlp_dim=64", "model.classifier=gap", "image_size=32", "batch_size=4", "steps_per_epoch=3",
         "epochs=2", "learning_rate=3e-3", "warmup_steps=0", "precision=float32", "validation_split=0.2",
-        "dense.taps=(1, 2)"]
+        "dense.taps=(1, 2)", "init=None"]
 
 
 def _png(path, array, mode=None):
@@ -314,6 +314,8 @@ def test_dense_recipe_keys_are_checked_before_anything_runs(tmp_path):
         apply_overrides(load_recipe("seg_fashion"), ["dense.mod=linear_probe"])
     with pytest.raises(ValueError, match=r"dense.mode 'probe'"):
         train(_config("dense.mode=probe"), tmp_path / "x", verbose=0)
+    with pytest.raises(FileNotFoundError, match=r"init_checkpoint nowhere/model.keras does not exist.*init=None"):
+        train(_config("init=nowhere/model.keras"), tmp_path / "x", verbose=0)
     with pytest.raises(ValueError, match=r"mixup mixes labels"):
         train(_config("mixup=0.2"), tmp_path / "x", verbose=0)
     with pytest.raises(ValueError, match=r"keras_vit.dense.training.train"):

@@ -68,6 +68,12 @@ def check_dense_config(config: dict[str, Any]) -> None:
         raise ValueError("dense.max_depth: a depth model trained here predicts metric depth, sigmoid times max_depth; "
                          "set the largest depth it should reach in the data's unit (--set dense.max_depth=10 for "
                          "indoor scenes in metres, 80 for driving).")
+    source = config["init_checkpoint"]
+    if (isinstance(source, str) and source.endswith((".keras", ".h5", ".npz")) and not os.path.isfile(source)
+            and not hub_checkpoint(source)):
+        raise FileNotFoundError(f"init_checkpoint {source} does not exist: the recipe starts its backbone from it "
+                                "(recipes/seg_fashion.py: `keras-vit train fashion_items` writes it); or train from "
+                                "scratch with --set init=None.")
     if config["distill"]["teacher"]:
         raise ValueError("distill.teacher: dense training takes no teacher.")
     for key in ("mixup", "cutmix"):
@@ -212,7 +218,7 @@ def train(config: dict[str, Any], model_dir: str | os.PathLike, backup_dir: str 
     >>> from keras_vit.training import apply_overrides, load_recipe
     >>> config = apply_overrides(load_recipe("seg_fashion"), [
     ...     "data=tests/data/dense_folder", "image_size=32", "model.patch_size=8", "model.num_layers=2",
-    ...     "dense.taps=(1, 2)", "epochs=1", "steps_per_epoch=2", "batch_size=4"])
+    ...     "dense.taps=(1, 2)", "epochs=1", "steps_per_epoch=2", "batch_size=4", "init=None"])
     >>> metrics = train(config, "runs/masks", verbose=0)
     keras-vit train: ...
     >>> 0.0 <= metrics["test_miou"] <= 1.0, sorted(metrics["test_per_class"])
