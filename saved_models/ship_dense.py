@@ -125,20 +125,42 @@ def write_card(args, model, metrics, scores, exports, shipped):
         export_rows.append(f"| {file} | {size} | {report['relative_max_abs_diff']:.2g} | "
                            f"{report['class_agreement']:.4%} | {report['export_miou']:.4f} |")
     minutes = metrics.get("all_epochs_seconds", metrics["train_seconds"]) / 60
+    size = f"{backbone.image_size[0]}x{backbone.image_size[1]}"
+    table = [
+        ("model", f"`DensePredictor`: a ViT backbone (image {size}, patch {backbone.patch_size}, hidden "
+                  f"{backbone.hidden_size}, {backbone.num_layers} layers, {backbone.num_heads} heads, MLP "
+                  f"{backbone.mlp_dim}) with DINOv2's linear head (BatchNorm + 1x1 conv over blocks "
+                  f"{', '.join(map(str, head.taps))}, through the final LayerNorm, upsampled bilinearly); "
+                  f"{model.count_params():,} parameters"),
+        ("backbone", f"started from `{config['init_checkpoint']}` (recipes/fashion_items.py)"
+                     if config["init_checkpoint"] else "from scratch"),
+        ("input", f"grey-on-black scenes as RGB, scaled to [-1, 1], {size}"),
+        ("output", f"logits (N, {size.replace('x', ', ')}, 11): background and Fashion-MNIST's 10 classes"),
+        ("data", f"`fashion_scenes`: {metrics['train_examples']:,} training scenes (from the training split's "
+                 f"items), {metrics['validation_examples']:,} held out to pick the best epoch, "
+                 f"{metrics['test_examples']:,} test scenes composed from the test split's items only "
+                 "(`keras_vit/dense/scenes.py`)"),
+        ("recipe", f"`recipes/seg_fashion.py` ({config['epochs']} epochs of {config['steps_per_epoch']} steps, batch "
+                   f"{config['batch_size']}, {config['optimizer']}, lr {config['learning_rate']}, "
+                   f"{metrics['precision']})"),
+        ("**test mIoU**", f"**{metrics['test_miou']:.4f}** over the {metrics['test_examples']:,} test scenes (pixel "
+                          f"accuracy {metrics['test_pixel_accuracy']:.4f}; the final model)"),
+        ("shipped test scenes", f"`test_scenes.npz`, the first {shipped} test scenes: mIoU {scores['miou']:.4f}, "
+                                f"pixel accuracy {scores['pixel_accuracy']:.4f} (`shipped_scores.json`; a slow "
+                                "test recomputes it)"),
+        ("training time", f"{minutes:.0f} min wall ({metrics['strategy']}, {metrics['num_replicas']} replica) on 2 "
+                          "CPU cores shared with other jobs"),
+        ("trained", f"{datetime.date.today().isoformat()}, TensorFlow {metrics['versions']['tensorflow']}, Keras "
+                    f"{metrics['versions']['keras']}"),
+        ("file", f"`model.keras`, {_size(os.path.join(args.out, 'model.keras'))}, weights and config (no optimizer "
+                 "state)"),
+    ]
+    rows_text = "\n".join(f"| {k} | {v} |" for k, v in table)
     card = f"""# {args.title}
 
 | | |
 |---|---|
-| model | `DensePredictor`: a ViT backbone (image {backbone.image_size[0]}x{backbone.image_size[1]}, patch {backbone.patch_size}, hidden {backbone.hidden_size}, {backbone.num_layers} layers, {backbone.num_heads} heads, MLP {backbone.mlp_dim}) with DINOv2's linear head (BatchNorm + 1x1 conv over blocks {", ".join(map(str, head.taps))}, through the final LayerNorm, upsampled bilinearly); {model.count_params():,} parameters |
-| input | grey-on-black scenes as RGB, scaled to [-1, 1], {backbone.image_size[0]}x{backbone.image_size[1]} |
-| output | logits (N, 64, 64, 11): background and Fashion-MNIST's 10 classes |
-| data | `fashion_scenes`: {metrics['train_examples']:,} training scenes (from the training split's items), {metrics['validation_examples']:,} held out to pick the best epoch, {metrics['test_examples']:,} test scenes composed from the test split's items only (`keras_vit/dense/scenes.py`) |
-| recipe | `recipes/seg_fashion.py` ({config['epochs']} epochs of {config['steps_per_epoch']} steps, batch {config['batch_size']}, {config['optimizer']}, lr {config['learning_rate']}, {metrics['precision']}) |
-| **test mIoU** | **{metrics['test_miou']:.4f}** over the {metrics['test_examples']:,} test scenes (pixel accuracy {metrics['test_pixel_accuracy']:.4f}; the final model) |
-| shipped test scenes | `test_scenes.npz`, the first {shipped} test scenes: mIoU {scores['miou']:.4f}, pixel accuracy {scores['pixel_accuracy']:.4f} (`shipped_scores.json`; a slow test recomputes it) |
-| training time | {minutes:.0f} min wall ({metrics['strategy']}, {metrics['num_replicas']} replica) on 2 CPU cores shared with other jobs |
-| trained | {datetime.date.today().isoformat()}, TensorFlow {metrics['versions']['tensorflow']}, Keras {metrics['versions']['keras']} |
-| file | `model.keras`, {_size(os.path.join(args.out, 'model.keras'))}, weights and config (no optimizer state) |
+{rows_text}
 
 Reproduce: `{args.command}` (Fashion-MNIST from Debian: `apt-get install dataset-fashion-mnist`).
 

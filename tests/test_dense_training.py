@@ -19,6 +19,7 @@ from keras_vit.dense import losses as dense_losses
 from keras_vit.dense.scenes import FASHION_MNIST_DIR, compose_scenes
 
 FOLDER = DATA / "dense_folder"
+MIOU_TARGET = 0.75  # issue 51: the shipped segmenter's mIoU on scenes composed from the test split
 DEPTH_FOLDER = DATA / "depth_folder"
 TINY = ["model.patch_size=8", "model.hidden_size=32", "model.num_layers=2", "model.num_heads=2",
         "model.mlp_dim=64", "model.classifier=gap", "image_size=32", "batch_size=4", "steps_per_epoch=3",
@@ -397,3 +398,65 @@ def test_export_without_samples_asks_for_them(tmp_path):
     with pytest.raises(ValueError, match=r"pass samples="):
         export_dense(model, tmp_path / "m.tflite")
     assert not (tmp_path / "m.tflite").exists()
+
+
+# --- the shipped model -----------------------------------------------------------------
+
+SHIPPED = DATA.parent.parent / "saved_models" / "seg_fashion"
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    import keras
+
+    model = keras.saving.load_model(SHIPPED / "model.keras", compile=False)
+    split = dense_data.load_pairs_npz(SHIPPED / "test_scenes.npz", "segmentation", model.class_names)
+    return model, split
+
+
+@pytest.mark.slow
+@tensorflow_only
+def test_the_shipped_segmenter_scores_what_its_card_says(shipped):
+    from keras_vit.dense.training import evaluate_dense
+
+    model, split = shipped
+    scores = evaluate_dense(model, dense_data.make_dense_dataset(split, model.image_size, 64, training=False))
+    recorded = json.loads((SHIPPED / "shipped_scores.json").read_text())
+    assert scores["miou"] == pytest.approx(recorded["miou"], abs=1e-4)
+    card = (SHIPPED / "MODEL_CARD.md").read_text()
+    assert f"mIoU {scores['miou']:.4f}" in card
+    metrics = json.loads((SHIPPED / "metrics.json").read_text())
+    assert metrics["test_examples"] == 2000 and f"**{metrics['test_miou']:.4f}**" in card
+    assert metrics["test_miou"] >= MIOU_TARGET and scores["miou"] >= MIOU_TARGET
+
+
+@pytest.mark.slow
+@tensorflow_only
+@pytest.mark.skipif(not os.path.isdir(FASHION_MNIST_DIR), reason=f"Fashion-MNIST is not in {FASHION_MNIST_DIR} "
+                    "(apt-get install dataset-fashion-mnist)")
+def test_the_shipped_test_scenes_are_the_recipe_s_own():
+    from keras_vit.dense.scenes import fashion_scene_splits
+
+    with np.load(SHIPPED / "test_scenes.npz") as z:
+        images, targets = z["images"], z["targets"]
+    scenes, masks = fashion_scene_splits(1, 2000, seed=0)["test"]
+    np.testing.assert_array_equal(images, scenes[:len(images), ..., 0])
+    np.testing.assert_array_equal(targets, masks[:len(images)])
+
+
+@pytest.mark.slow
+@tensorflow_only
+@pytest.mark.parametrize("name", ["seg_fashion.tflite", "seg_fashion_f16.tflite", "seg_fashion_int8.tflite",
+                                  "seg_fashion.onnx"])
+def test_the_shipped_exports_agree_with_keras(shipped, name):
+    from keras_vit.dense.export import DenseServingGraph, _parity, _runner
+
+    model, split = shipped
+    images = np.stack(split.images[:100])
+    targets = np.stack(split.targets[:100])
+    format = "onnx" if name.endswith(".onnx") else "tflite"
+    path = SHIPPED / "exports" / name
+    report = _parity(DenseServingGraph(model), _runner(format, str(path), path.read_bytes()), images, targets, None)
+    if name in ("seg_fashion.tflite", "seg_fashion.onnx"):
+        assert report["relative_max_abs_diff"] < 1e-4 and report["class_agreement"] > 0.999
+    assert report["miou_drop"] <= 0.01 and report["class_agreement"] > 0.97

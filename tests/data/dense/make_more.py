@@ -25,7 +25,8 @@ def randomize(model, seed):
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * (0.2 if p.ndim > 1 else 0.1) + (1.0 if "weight" in name and p.ndim == 1 else 0.0))
+            centre = 1.0 if "weight" in name and p.ndim == 1 else 0.0  # norms' scales near 1
+            p.copy_(torch.randn(p.shape, generator=g) * (0.2 if p.ndim > 1 else 0.1) + centre)
         for name, b in model.named_buffers():
             if "running_var" in name:
                 b.copy_(torch.rand(b.shape, generator=g) + 0.5)
