@@ -48,10 +48,12 @@ _EXPORTS = {
     "keras_vit.loading": ("load_model",),
     "keras_vit.dense.config": ("DenseHead",),
     "keras_vit.dense.model": ("DensePredictor",),
+    "keras_vit.zeroshot.model": ("ImageText", "load_image_text"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 # The modules whose classes `.keras` files name (register_keras_serializable runs on import).
-_SERIALIZABLES = ("keras_vit.layers", "keras_vit.stem", "keras_vit.models", "keras_vit.training", "keras_vit.dense")
+_SERIALIZABLES = ("keras_vit.layers", "keras_vit.stem", "keras_vit.models", "keras_vit.training", "keras_vit.dense",
+                  "keras_vit.zeroshot")
 
 __all__ = sorted(_MODULE_OF) + ["__version__"]
 
@@ -59,7 +61,7 @@ __all__ = sorted(_MODULE_OF) + ["__version__"]
 # Submodules reachable as attributes, as when __init__ imported them all (keras_vit.data.load_digits).
 _SUBMODULES = ("applications", "checkpoints", "config", "data", "dense", "export", "factory", "fewshot", "images",
                "interpolation", "layers", "loading", "models", "posemb", "presets", "pretrained", "report", "serving",
-               "stem", "training", "visualize")
+               "stem", "training", "visualize", "zeroshot")
 
 
 def __getattr__(name):

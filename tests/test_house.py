@@ -123,7 +123,11 @@ FLOORS = {
     # its losses beside the layers, its pictures and scenes at the bottom, its data beside keras_vit.data, its
     # training job above the training loop it runs in
     "keras_vit.dense.losses": 1, "keras_vit.dense.visualize": 0, "keras_vit.dense.scenes": 0,
-    "keras_vit.dense.data": 4, "keras_vit.dense.training": 5,
+    "keras_vit.dense.data": 4, "keras_vit.dense.training": 5, "keras_vit.dense.predict": 5, "keras_vit.dense.export": 5,
+    # zeroshot/: the tokenizers at the bottom, the text tower beside the backbone, its reader beside the
+    # checkpoint readers, the two-tower model above from_pretrained
+    "keras_vit.zeroshot.tokenizers": 0, "keras_vit.zeroshot.text": 2, "keras_vit.zeroshot.transformers": 3,
+    "keras_vit.zeroshot.model": 4, "keras_vit.zeroshot": 4,
     "keras_vit.formats": 3, "keras_vit.formats._assign": 3, "keras_vit.formats._torch": 3,
     "keras_vit.formats.official": 3, "keras_vit.formats.timm": 3, "keras_vit.formats.transformers": 3,
     "keras_vit.formats._safetensors": 3, "keras_vit.formats._headers": 3, "keras_vit.formats.keras_files": 3,

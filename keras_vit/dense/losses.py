@@ -36,7 +36,7 @@ class SegmentationCrossEntropy(keras.losses.Loss):
     1.0986
     """
 
-    def __init__(self, ignore_index: int = IGNORE_INDEX, name: str = "segmentation_cross_entropy", **kwargs: Any):
+    def __init__(self, ignore_index: int = IGNORE_INDEX, name: str = "segmentation_cross_entropy", **kwargs: Any) -> None:
         super().__init__(name=name, **kwargs)
         self.ignore_index = int(ignore_index)
 
@@ -64,7 +64,7 @@ class SiLogLoss(keras.losses.Loss):
     0.001
     """
 
-    def __init__(self, lambd: float = 0.5, eps: float = 1e-6, name: str = "silog", **kwargs: Any):
+    def __init__(self, lambd: float = 0.5, eps: float = 1e-6, name: str = "silog", **kwargs: Any) -> None:
         super().__init__(name=name, **kwargs)
         if not 0.0 <= lambd <= 1.0:
             raise ValueError(f"SiLogLoss lambd={lambd}: 0 <= lambd <= 1 (1 is fully scale-invariant).")
@@ -85,7 +85,7 @@ class SiLogLoss(keras.losses.Loss):
 class _RatioMetric(keras.metrics.Metric):
     """A metric that is sum(values) / sum(counts) over every batch seen."""
 
-    def __init__(self, name: str, **kwargs: Any):
+    def __init__(self, name: str, **kwargs: Any) -> None:
         super().__init__(name=name, **kwargs)
         self.total = self.add_variable((), initializer="zeros", name="total")
         self.count = self.add_variable((), initializer="zeros", name="count")
@@ -113,7 +113,7 @@ class PixelAccuracy(_RatioMetric):
     1.0
     """
 
-    def __init__(self, ignore_index: int = IGNORE_INDEX, name: str = "pixel_accuracy", **kwargs: Any):
+    def __init__(self, ignore_index: int = IGNORE_INDEX, name: str = "pixel_accuracy", **kwargs: Any) -> None:
         super().__init__(name=name, **kwargs)
         self.ignore_index = int(ignore_index)
 
@@ -137,7 +137,7 @@ class AbsRel(_RatioMetric):
     0.1
     """
 
-    def __init__(self, name: str = "abs_rel", **kwargs: Any):
+    def __init__(self, name: str = "abs_rel", **kwargs: Any) -> None:
         super().__init__(name=name, **kwargs)
 
     def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
@@ -157,7 +157,7 @@ class DeltaAccuracy(_RatioMetric):
     0.5
     """
 
-    def __init__(self, threshold: float = 1.25, name: str = "delta1", **kwargs: Any):
+    def __init__(self, threshold: float = 1.25, name: str = "delta1", **kwargs: Any) -> None:
         super().__init__(name=name, **kwargs)
         self.threshold = float(threshold)
 

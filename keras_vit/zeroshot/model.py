@@ -71,6 +71,7 @@ class ImageText:
     ((1, 2), True)
     """
 
+    @refuse_unknown_keywords
     def __init__(self, image_model: keras.Model, text_model: keras.Model, tokenizer: TextTokenizer, family: str,
                  logit_scale: float, logit_bias: float = 0.0, source: str | None = None) -> None:
         self.image_model, self.text_model, self.tokenizer = image_model, text_model, tokenizer
@@ -224,18 +225,18 @@ def load_image_text(path: str | os.PathLike) -> ImageText:
     """
     from keras_vit.formats._safetensors import open_safetensors
     from keras_vit.pretrained import from_pretrained
-    from keras_vit.zeroshot import transformers as reader
     from keras_vit.zeroshot.tokenizers import load_tokenizer
+    from keras_vit.zeroshot.transformers import FAMILIES, family_of, load_text_tower, read_config, read_scalars
 
     folder = _folder_of(os.fspath(path))
     config_path = os.path.join(folder, "config.json")
     if not os.path.exists(config_path):
         raise FileNotFoundError(f"{folder} has no config.json; a transformers CLIPModel / SiglipModel folder has one.")
-    config = reader.read_config(folder)
-    family = reader.family_of(config)
+    config = read_config(folder)
+    family = family_of(config)
     if family is None:
         raise ValueError(f"{config_path}: model_type {config.get('model_type')!r} is not a two-tower image-text "
-                         f"model keras-vit reads ({', '.join(reader.FAMILIES)}); an image-only checkpoint is read "
+                         f"model keras-vit reads ({', '.join(FAMILIES)}); an image-only checkpoint is read "
                          "by keras_vit.from_pretrained.")
     index = os.path.join(folder, "model.safetensors.index.json")
     if os.path.exists(index):
@@ -245,9 +246,9 @@ def load_image_text(path: str | os.PathLike) -> ImageText:
     else:
         files = [os.path.join(folder, "model.safetensors")]
     tensors = open_safetensors(files)
-    text_model, text_config = reader.load_text_tower(folder, tensors, config)
+    text_model, text_config = load_text_tower(folder, tensors, config)
     tokenizer = load_tokenizer(folder, family, text_config.max_length)
-    scale, bias = reader.read_scalars(tensors, family, files[0])
+    scale, bias = read_scalars(tensors, family, files[0])
     image_model = from_pretrained(folder, dynamic_image_size=True)
     log.info("read %s: a %s image-text model (text: width %d, depth %d, %d tokens; embedding %d)", path, family,
              text_config.hidden_size, text_config.num_layers, text_config.max_length, text_config.projection_dim)

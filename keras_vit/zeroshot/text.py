@@ -25,6 +25,7 @@ import keras
 from keras import ops
 
 from keras_vit._common import Tensor, check_keywords
+from keras_vit.attention import static_length
 from keras_vit.layers import MLP_ACTIVATIONS, TransformerBlock
 
 POOLINGS = ("eos", "argmax", "last")
@@ -105,13 +106,16 @@ class TextEmbedding(keras.layers.Layer):
                                                   name="position_embedding")
 
     def call(self, ids: Tensor) -> Tensor:
-        length = ids.shape[1]
+        length = static_length(ids.shape[1])
         if length is not None and length > self.max_length:
             raise ValueError(f"{self.name}: {length} tokens, more than the {self.max_length} position embeddings; "
                              "tokenize with truncation (the tokenizers here truncate to max_length).")
         tokens = ops.take(self.token_embedding, ops.cast(ids, "int32"), axis=0)
         positions = self.position_embedding[: ops.shape(ids)[1]]
         return ops.cast(tokens + positions[None], self.compute_dtype)
+
+    def compute_output_shape(self, input_shape: Any) -> tuple[Any, ...]:
+        return (input_shape[0], input_shape[1], self.hidden_size)
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "vocab_size": self.vocab_size, "max_length": self.max_length,

@@ -106,16 +106,19 @@ def text_config_of(config: dict[str, Any], shapes: dict[str, tuple[int, ...]], w
     if act not in _ACTIVATIONS:
         raise ValueError(f"{where}: text_config.hidden_act {act!r} is not one keras-vit computes "
                          f"({', '.join(_ACTIVATIONS)}).")
+    eos_token_id: int | None = None
     if family == "clip":
         eos = text.get("eos_token_id")
         pooling = "argmax" if eos == 2 else "eos"  # transformers' rule (checkpoints saved before PR #24773)
-        options = dict(projection_bias=False, causal=True, pooling=pooling,
-                       eos_token_id=None if pooling == "argmax" else integer(eos, "eos_token_id", where))
+        if pooling == "eos":
+            eos_token_id = integer(eos, "eos_token_id", where)
     else:
-        options = dict(projection_bias=True, causal=False, pooling="last", eos_token_id=None)
+        pooling = "last"
+    clip = family == "clip"
     return TextConfig(vocab_size=vocab, max_length=length, hidden_size=width, num_layers=found["num_hidden_layers"],
-                      num_heads=heads, mlp_dim=mlp, projection_dim=projection, mlp_activation=_ACTIVATIONS[act],
-                      layer_norm_epsilon=float(text["layer_norm_eps"]), **options)
+                      num_heads=heads, mlp_dim=mlp, projection_dim=projection, projection_bias=not clip, causal=clip,
+                      pooling=pooling, eos_token_id=eos_token_id, mlp_activation=_ACTIVATIONS[act],
+                      layer_norm_epsilon=float(text["layer_norm_eps"]))
 
 
 def read_scalars(tensors: dict[str, Any], family: str, where: str) -> tuple[float, float]:
