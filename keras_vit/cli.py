@@ -59,8 +59,46 @@ def _check_convert(args):
 
 
 def _check_predict(args):
-    _require(args.model, "model", f"predict runs {MODEL_FILES}, a SavedModel folder, a .tflite or a .onnx file")
+    if _zeroshot_labels(args) is not None:  # a two-tower checkpoint: a folder or a hub name
+        _require_model(args.model, "predict --labels")
+    else:
+        _require(args.model, "model", f"predict runs {MODEL_FILES}, a SavedModel folder, a .tflite or a .onnx file")
+        config = os.path.join(args.model, "config.json")
+        if os.path.isfile(config):
+            from keras_vit.zeroshot.transformers import family_of, read_config
+
+            if family_of(read_config(args.model)) is not None:
+                raise ValueError(f"{args.model} is a two-tower image-text checkpoint (CLIP / SigLIP): name the classes "
+                                 "with --labels 'cat,dog,car' (or --labels-file) for zero-shot predictions.")
     _require_images(args.images)
+
+
+def _zeroshot_labels(args):
+    """The labels of --labels "cat,dog" or --labels-file (one per line), or None for a classifier's own classes."""
+    labels_text, labels_file = getattr(args, "labels", None), getattr(args, "labels_file", None)
+    if labels_text is not None and labels_file is not None:
+        raise ValueError("give --labels or --labels-file, not both.")
+    if labels_file is not None:
+        _require(labels_file, "--labels-file", "a text file, one label per line")
+        with open(labels_file, encoding="utf-8") as f:
+            labels = [line.strip() for line in f if line.strip()]
+    elif labels_text is not None:
+        labels = [label.strip() for label in labels_text.split(",") if label.strip()]
+    else:
+        return None
+    if not labels:
+        raise ValueError("--labels / --labels-file gave no labels; e.g. --labels 'cat,dog,car'.")
+    return labels
+
+
+def _templates(args):
+    from keras_vit.zeroshot.model import CLIP_TEMPLATES, DEFAULT_TEMPLATES
+
+    if args.templates is None:
+        return DEFAULT_TEMPLATES
+    if args.templates == "clip":
+        return CLIP_TEMPLATES
+    return [t for t in args.templates.split("|") if t]
 
 
 def _check_visualize(args):
@@ -143,6 +181,13 @@ def _export(args):
 
         command = [sys.executable, "-m", "keras_vit.cli", *args.argv]
         return subprocess.run(command, env=dict(os.environ, KERAS_BACKEND="tensorflow")).returncode
+    labels = _zeroshot_labels(args)
+    if labels is not None:
+        from keras_vit.zeroshot.export import export_zeroshot
+
+        export_zeroshot(args.model, args.out, labels, templates=_templates(args), format=args.format,
+                        samples=args.samples, max_samples=min(args.max_samples, 1000), overwrite=args.overwrite)
+        return None
     from keras_vit.dense.predict import is_dense_file
 
     if is_dense_file(args.model):
@@ -185,7 +230,14 @@ def _predict(args):
 
     if args.top < 1:
         raise ValueError(f"--top must be a positive int, got {args.top}.")
-    classifier = load_classifier(args.model)
+    labels = _zeroshot_labels(args)
+    if labels is not None:  # zero-shot: the labels' text embeddings are the classes
+        from keras_vit.zeroshot.export import zeroshot_classifier
+        from keras_vit.zeroshot.model import load_image_text
+
+        classifier = zeroshot_classifier(load_image_text(args.model), labels, _templates(args))
+    else:
+        classifier = load_classifier(args.model)
     # files named one by one are checked before any prediction; a folder's unreadable files are skipped
     paths, labels = image_paths(args.images, classifier.class_names)
     predict_files(classifier, paths, out=args.out, top=args.top, names=labels)
@@ -353,6 +405,13 @@ def _add_export(commands):
     p.add_argument("--out", required=True,
                    help="what to write: a SavedModel folder (a name without an extension), a .tflite or a .onnx file")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    p.add_argument("--labels", default=None, metavar="A,B,C",
+                   help="zero-shot: MODEL is a CLIP / SigLIP folder or hub name (transformers' CLIPModel, "
+                   "SiglipModel) and these comma-separated labels are the classes")
+    p.add_argument("--labels-file", default=None, metavar="FILE", help="zero-shot: the labels, one per line")
+    p.add_argument("--templates", default=None, metavar="T1|T2",
+                   help="zero-shot prompt templates, '|'-separated, each with one {} for the label ('a photo of a "
+                   "{}.|art of the {}.'), or 'clip' for CLIP's seven ImageNet templates; default '{}'")
     p.set_defaults(func=_export, check=_check_export)
 
 
@@ -375,6 +434,13 @@ def _add_predict(commands):
                    "classes and probabilities, label and correct for class subfolders); for a dense model (depth, "
                    "segmentation) the folder its pictures go to (default predictions/): <name>_mask.png, a palette "
                    "PNG of class indices, or <name>_depth.png and .npy")
+    p.add_argument("--labels", default=None, metavar="A,B,C",
+                   help="zero-shot: MODEL is a CLIP / SigLIP folder or hub name (transformers' CLIPModel, "
+                   "SiglipModel) and these comma-separated labels are the classes")
+    p.add_argument("--labels-file", default=None, metavar="FILE", help="zero-shot: the labels, one per line")
+    p.add_argument("--templates", default=None, metavar="T1|T2",
+                   help="zero-shot prompt templates, '|'-separated, each with one {} for the label ('a photo of a "
+                   "{}.|art of the {}.'), or 'clip' for CLIP's seven ImageNet templates; default '{}'")
     p.set_defaults(func=_predict, check=_check_predict)
 
 

@@ -207,3 +207,74 @@ def test_a_text_tower_of_any_config_builds():
 
 def test_load_image_text_is_public():
     assert keras_vit.load_image_text is load_image_text
+
+
+CIFAR_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+
+
+@pytest.mark.one_backend
+@pytest.mark.parametrize("name, out", [("hf_clip", "zeroshot.tflite"), ("hf_siglip", "zeroshot.onnx"),
+                                       ("hf_clip", "zeroshot_saved_model")])
+def test_the_exported_zero_shot_classifier_agrees_with_classify(loaded, tmp_path, name, out):
+    """20 CIFAR-10 images at the checkpoint's size: the export's probabilities are classify's; the TFLite file
+    carries the labels in MediaPipe's metadata, and keras_vit.load_classifier runs every format."""
+    from keras_vit.applications import load_image
+    from keras_vit.export import load_classifier
+    from keras_vit.zeroshot.export import export_zeroshot
+
+    model, _ = loaded[name]
+    paths = sorted(str(p) for p in (DATA / "cifar10_sample").rglob("*.jpg"))[:20]
+    assert len(paths) == 20
+    templates = ["a photo of a {}.", "a blurry photo of the {}."]
+    report = export_zeroshot(model, tmp_path / out, CIFAR_CLASSES, templates=templates, samples=paths)
+    assert report["samples"] == 20 and report["max_abs_diff"] <= 1e-4 and report["top1_agreement"] == 1.0
+    images = np.stack([load_image(p) for p in paths])
+    classifier = load_classifier(tmp_path / out)
+    assert classifier.class_names == CIFAR_CLASSES
+    np.testing.assert_allclose(classifier(images)["probabilities"], model.classify(images, CIFAR_CLASSES, templates),
+                               atol=1e-4)
+    meta = json.loads((tmp_path / f"{out}.json").read_text())
+    assert meta["templates"] == templates and meta["class_names"] == CIFAR_CLASSES
+    if out.endswith(".tflite"):
+        from keras_vit.tflite_metadata import read_metadata
+
+        written = read_metadata(tmp_path / out)
+        assert "zero-shot" in written["description"]
+        assert "labels.txt" in str(written)
+
+
+@pytest.mark.one_backend
+def test_an_export_that_differs_is_refused_and_writes_nothing(loaded, tmp_path, monkeypatch):
+    import keras_vit.zeroshot.export as zexport
+
+    model, _ = loaded["hf_clip"]
+    monkeypatch.setattr(zexport, "TOLERANCE", -1.0)
+    with pytest.raises(ValueError, match="Nothing was written"):
+        zexport.export_zeroshot(model, tmp_path / "z.onnx", ["cat", "dog"])
+    assert not (tmp_path / "z.onnx").exists() and not (tmp_path / "z.onnx.json").exists()
+
+
+@pytest.mark.one_backend
+def test_the_cli_predicts_and_exports_zero_shot(tmp_path):
+    import subprocess
+    import sys
+
+    labels = tmp_path / "labels.txt"
+    labels.write_text("\n".join(CIFAR_CLASSES) + "\n")
+    run = lambda *a: subprocess.run([sys.executable, "-m", "keras_vit.cli", *map(str, a)], capture_output=True,  # noqa: E731
+                                    text=True, cwd=tmp_path)
+    folder = DATA / "cifar10_sample"
+    done = run("predict", ZEROSHOT / "hf_clip", folder, "--labels-file", labels, "--templates", "clip", "--top", "2",
+               "--out", tmp_path / "p.csv")
+    assert done.returncode == 0, done.stderr
+    assert "accuracy on the labelled images" in done.stderr + done.stdout
+    assert len((tmp_path / "p.csv").read_text().splitlines()) == 21
+    done = run("predict", ZEROSHOT / "hf_siglip", folder / "cat", "--labels", "cat, dog")
+    assert done.returncode == 0 and (" cat " in done.stdout or " dog " in done.stdout), done.stderr
+    done = run("predict", ZEROSHOT / "hf_clip", folder / "cat")
+    assert done.returncode != 0 and "--labels" in done.stderr
+    done = run("export", ZEROSHOT / "hf_siglip", "--labels", "cat,dog", "--out", tmp_path / "s.tflite",
+               "--samples", folder)
+    assert done.returncode == 0, done.stderr
+    done = run("predict", tmp_path / "s.tflite", folder / "cat")
+    assert done.returncode == 0 and "cat" in done.stdout, done.stderr
