@@ -278,3 +278,24 @@ def test_the_cli_predicts_and_exports_zero_shot(tmp_path):
     assert done.returncode == 0, done.stderr
     done = run("predict", tmp_path / "s.tflite", folder / "cat")
     assert done.returncode == 0 and "cat" in done.stdout, done.stderr
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_save_pretrained_writes_what_transformers_wrote(loaded, tmp_path, name):
+    """The folder written holds transformers' own keys and shapes (those of the folder transformers saved), its
+    config reads back to the same towers, the tokenizer files come along, and the logits are transformers'."""
+    from keras_vit.formats._safetensors import SafetensorsFile
+
+    model, io = loaded[name]
+    folder = model.save_pretrained(tmp_path / name)
+    written = SafetensorsFile(os.path.join(folder, "model.safetensors")).shapes
+    original = SafetensorsFile(ZEROSHOT / name / "model.safetensors").shapes
+    assert written == original
+    config = json.loads((tmp_path / name / "config.json").read_text())
+    assert config["architectures"] == [("SiglipModel" if name == "hf_siglip" else "CLIPModel")]
+    again = load_image_text(folder)
+    assert again.text_model.text_config == model.text_model.text_config
+    np.testing.assert_array_equal(again.tokenize(list(io["texts"])), io["input_ids"])
+    assert relative_error(again.logits(io["images"], list(io["texts"])), io["logits_per_image"]) <= TOLERANCE
+    with pytest.raises(FileExistsError):
+        model.save_pretrained(tmp_path / name)

@@ -87,6 +87,19 @@ class ImageText:
     def embedding_dim(self) -> int:
         return int(self.text_model.output_shape[-1])
 
+    def save_pretrained(self, folder: str | os.PathLike, *, overwrite: bool = False) -> str:
+        """Writes transformers' full CLIPModel / SiglipModel folder (model.safetensors, config.json,
+        preprocessor_config.json and the tokenizer files), atomically; returns the folder.
+
+        Example:
+        >>> model = keras_vit.load_image_text("tests/data/zeroshot/hf_siglip")
+        >>> sorted(os.listdir(model.save_pretrained("my_siglip")))[:3]
+        ['config.json', 'model.safetensors', 'preprocessor_config.json']
+        """
+        from keras_vit.zeroshot.transformers import save_image_text
+
+        return save_image_text(self, os.fspath(folder), overwrite=overwrite)
+
     # -- inputs ------------------------------------------------------------------------------------
     def tokenize(self, texts: str | Sequence[str]) -> np.ndarray:
         """Texts -> token ids (N, L) int32, exactly as the checkpoint's own tokenizer with its zero-shot padding."""

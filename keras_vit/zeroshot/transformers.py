@@ -9,6 +9,7 @@ and shape before it assigns anything.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from typing import Any
@@ -147,6 +148,79 @@ def load_text_tower(folder: str, tensors: dict[str, Any], config: dict[str, Any]
 
 def text_state_dict(model, family: str) -> dict[str, np.ndarray]:
     return TextTable(model, family).state_dict(model)
+
+
+_HIDDEN_ACT = {"quick_gelu": "quick_gelu", "gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh"}
+# The tokenizer's files a folder keeps beside the weights, copied as they are.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "spiece.model", "special_tokens_map.json")
+
+
+def text_config_json(config: TextConfig, family: str) -> dict[str, Any]:
+    """transformers' text_config of a TextConfig (the inverse of `text_config_of`)."""
+    out: dict[str, Any] = {
+        "model_type": f"{family}_text_model", "vocab_size": config.vocab_size, "hidden_size": config.hidden_size,
+        "intermediate_size": config.mlp_dim, "num_hidden_layers": config.num_layers,
+        "num_attention_heads": config.num_heads, "max_position_embeddings": config.max_length,
+        "hidden_act": _HIDDEN_ACT[config.mlp_activation], "layer_norm_eps": config.layer_norm_epsilon,
+        "attention_dropout": 0.0,
+    }
+    if family == "clip":
+        out["projection_dim"] = config.projection_dim
+        out["eos_token_id"] = 2 if config.pooling == "argmax" else config.eos_token_id
+    else:
+        out["projection_size"] = config.projection_dim
+    return out
+
+
+def save_image_text(model: Any, folder: str, *, overwrite: bool = False) -> str:
+    """An ImageText as transformers' full CLIPModel / SiglipModel folder (weights, config, preprocessor and the
+    tokenizer's own files), written atomically: what `load_image_text` and transformers' from_pretrained read."""
+    import shutil
+
+    from keras_vit._files import atomic_path
+    from keras_vit.formats import transformers as vision_writer
+    from keras_vit.formats._torch import require_safetensors
+    from keras_vit.pretrained import state_dict
+
+    family = model.family
+    config = model.text_model.text_config
+    tokenizer_path = getattr(model.tokenizer, "path", None)
+    if tokenizer_path is None:
+        raise ValueError("this ImageText's tokenizer was not read from files, so there are none to write beside the "
+                         "weights; save_pretrained writes the tokenizer files load_image_text read.")
+    # a vision-only save may name its tower's keys without the prefix (SiglipVisionModel); a full model has it
+    vision_tensors = {k if k.startswith(("vision_model.", "visual_projection.")) else f"vision_model.{k}": v
+                      for k, v in state_dict(model.image_model, "transformers").items()}
+    tensors = {**vision_tensors, **text_state_dict(model.text_model, family)}
+    tensors["logit_scale"] = np.asarray(model.logit_scale if family == "clip" else [model.logit_scale], np.float32)
+    if family == "siglip":
+        tensors["logit_bias"] = np.asarray([model.logit_bias], np.float32)
+    elif model.logit_bias:
+        raise ValueError(f"a CLIP model has no logit bias, but this one's is {model.logit_bias}; CLIPModel cannot "
+                         "hold it.")
+    vision_files = vision_writer.files_of(model.image_model)
+    vision = dict(vision_files["config.json"])
+    for key in ("architectures", "dtype"):
+        vision.pop(key, None)
+    vision.pop("projection_dim", None)
+    full: dict[str, Any] = {"architectures": [ARCHITECTURES[family]], "model_type": family, "dtype": "float32",
+                            "text_config": text_config_json(config, family), "vision_config": vision}
+    if family == "clip":
+        full.update(projection_dim=config.projection_dim, logit_scale_init_value=2.6592)
+    source = os.path.dirname(tokenizer_path)
+    st = require_safetensors()
+    with atomic_path(folder, overwrite=overwrite) as tmp:
+        os.makedirs(tmp)
+        st.save_file({k: np.array(v, order="C") for k, v in tensors.items()}, os.path.join(tmp, "model.safetensors"),
+                     metadata={"format": "pt"})
+        for name, content in (("config.json", full),
+                              ("preprocessor_config.json", vision_files["preprocessor_config.json"])):
+            with open(os.path.join(tmp, name), "w", encoding="utf-8") as f:
+                json.dump(content, f, indent=2)
+        for name in TOKENIZER_FILES:
+            if os.path.exists(os.path.join(source, name)):
+                shutil.copyfile(os.path.join(source, name), os.path.join(tmp, name))
+    return folder
 
 
 def read_config(folder: str) -> dict[str, Any]:
