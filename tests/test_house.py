@@ -128,6 +128,7 @@ FLOORS = {
     # checkpoint readers, the two-tower model above from_pretrained
     "keras_vit.zeroshot.tokenizers": 0, "keras_vit.zeroshot.text": 2, "keras_vit.zeroshot.transformers": 3,
     "keras_vit.zeroshot.model": 4, "keras_vit.zeroshot": 4, "keras_vit.zeroshot.export": 5,
+    "keras_vit.zeroshot.figures": 5,
     "keras_vit.formats": 3, "keras_vit.formats._assign": 3, "keras_vit.formats._torch": 3,
     "keras_vit.formats.official": 3, "keras_vit.formats.timm": 3, "keras_vit.formats.transformers": 3,
     "keras_vit.formats._safetensors": 3, "keras_vit.formats._headers": 3, "keras_vit.formats.keras_files": 3,

@@ -299,3 +299,30 @@ def test_save_pretrained_writes_what_transformers_wrote(loaded, tmp_path, name):
     assert relative_error(again.logits(io["images"], list(io["texts"])), io["logits_per_image"]) <= TOLERANCE
     with pytest.raises(FileExistsError):
         model.save_pretrained(tmp_path / name)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_zero_shot_on_photos_is_transformers_pipeline(loaded, name):
+    """20 CIFAR-10 test photos over the ten class names: the probabilities of transformers' zero-shot pipeline
+    (its template, its padding, softmax or sigmoid). Random weights: agreement, not accuracy, is what counts."""
+    model, _ = loaded[name]
+    with np.load(ZEROSHOT / "photos.npz") as photos, np.load(ZEROSHOT / f"{name}.photos.npz") as ref:
+        probs = model.classify(photos["images"], list(ref["classes"]), templates=[str(ref["template"])])
+        np.testing.assert_allclose(probs, ref["probabilities"], atol=TOLERANCE)
+
+
+@pytest.mark.one_backend
+def test_the_zero_shot_figure_is_drawn(loaded, tmp_path):
+    pytest.importorskip("matplotlib")
+    from keras_vit.zeroshot.figures import plot_zeroshot
+
+    model, _ = loaded["hf_siglip"]
+    with np.load(ZEROSHOT / "photos.npz") as photos:
+        images, truth = photos["images"][:8], list(photos["labels"][:8])
+    probs = model.classify(images, CIFAR_CLASSES)
+    path = plot_zeroshot(images, probs, CIFAR_CLASSES, tmp_path / "z.png", truth=truth, title="SigLIP (random)")
+    from keras_vit.images import read_image
+
+    assert read_image(path).shape[1] > 800
+    with pytest.raises(ValueError, match=r"need \(8, 3\)"):
+        plot_zeroshot(images, probs, CIFAR_CLASSES[:3], tmp_path / "bad.png")

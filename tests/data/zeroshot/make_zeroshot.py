@@ -15,7 +15,9 @@ transformers computes after loading both back: `texts` (as a NumPy unicode array
 size), `image_embeds`, `image_embeds_alt` (get_image_features, interpolate_pos_encoding at the other size),
 `text_embeds` (get_text_features), `logits_per_image`.
 
-    /work/side/bin/python tests/data/zeroshot/make_zeroshot.py tests/data/zeroshot
+    /work/side/bin/python tests/data/zeroshot/make_zeroshot.py tests/data/zeroshot [--photos-only]
+
+`CASE.photos.npz` (photo_probabilities): transformers' zero-shot pipeline probabilities on real photos.
 """
 
 import json
@@ -156,5 +158,39 @@ def main(root):
                    "versions": {"torch": torch.__version__, "transformers": transformers.__version__}}, f, indent=1)
 
 
+CIFAR_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+PIPELINE_TEMPLATE = "This is a photo of {}."  # transformers' zero-shot-image-classification default
+
+
+def photo_probabilities(root):
+    """CASE.photos.npz: transformers' zero-shot probabilities of photos.npz's 20 CIFAR-10 test images (uint8, as
+    keras_vit decodes them; photos.npz is written by keras_vit, this venv has no image decoder) over the ten
+    class names, computed as its zero-shot-image-classification pipeline does: one template, the model's
+    padding, softmax (CLIP) or sigmoid (SigLIP) of logits_per_image."""
+    with np.load(os.path.join(root, "photos.npz")) as photos:
+        images = photos["images"].astype(np.float32) / 255.0
+    for name, cls in (("hf_clip", CLIPModel), ("hf_clip_legacy", CLIPModel), ("hf_siglip", SiglipModel)):
+        folder = os.path.join(root, name)
+        with open(os.path.join(folder, "preprocessor_config.json")) as f:
+            stats = json.load(f)
+        x = (images - np.array(stats["image_mean"], np.float32)) / np.array(stats["image_std"], np.float32)
+        model = cls.from_pretrained(folder).eval()
+        texts = [PIPELINE_TEMPLATE.format(c) for c in CIFAR_CLASSES]
+        if name == "hf_siglip":
+            batch = {"input_ids": SiglipTokenizer.from_pretrained(folder)(texts, padding="max_length", max_length=64,
+                                                                          return_tensors="pt")["input_ids"]}
+        else:
+            batch = CLIPTokenizer.from_pretrained(folder)(texts, padding=True, return_tensors="pt")
+        with torch.no_grad():
+            logits = model(pixel_values=torch.from_numpy(x).permute(0, 3, 1, 2), **batch).logits_per_image
+        probs = logits.sigmoid() if name == "hf_siglip" else logits.softmax(dim=-1)
+        np.savez(os.path.join(root, f"{name}.photos.npz"), probabilities=probs.numpy(), template=PIPELINE_TEMPLATE,
+                 classes=np.array(CIFAR_CLASSES))
+        print(name, "photos", probs.shape)
+
+
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__)))
+    where = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
+    if "--photos-only" not in sys.argv:
+        main(where)
+    photo_probabilities(where)
