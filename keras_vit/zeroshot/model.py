@@ -173,7 +173,10 @@ class ImageText:
         """(N, C) probabilities of each image for each label (`probabilities` says which function).
 
         Example:
-        >>> model.classify(photos, ["cat", "dog", "car"], templates=keras_vit.zeroshot.CLIP_TEMPLATES).argmax(-1)
+        >>> model = keras_vit.load_image_text("tests/data/zeroshot/hf_siglip")
+        >>> photos = ["tests/data/cifar10_sample/cat/0511.jpg", "tests/data/cifar10_sample/ship/0128.jpg"]
+        >>> model.classify(photos, ["cat", "dog", "car"], templates=CLIP_TEMPLATES).shape
+        (2, 3)
         """
         classes = self.label_embeddings(labels, templates)
         return self.probabilities(self.scores(self.image_embeddings(images, batch_size), classes))

@@ -40,7 +40,10 @@ class TextConfig:
     Args:
         vocab_size: token ids are in [0, vocab_size).
         max_length: the number of position embeddings: the longest token sequence the tower reads.
-        hidden_size, num_layers, num_heads, mlp_dim: the Transformer's width, depth, heads and MLP width.
+        hidden_size: the Transformer's width.
+        num_layers: its depth (blocks).
+        num_heads: its attention heads.
+        mlp_dim: its MLP's hidden width.
         projection_dim: the width of the joint image-text embedding space.
         projection_bias: whether the projection has a bias (SigLIP's `head`; CLIP's `text_projection` has none).
         causal: each token attends to itself and the tokens before it only (CLIP).
