@@ -190,16 +190,19 @@ def export_zeroshot(model: ImageText | str | os.PathLike, path: str | os.PathLik
     if keras.backend.backend() != "tensorflow":
         raise ValueError("exports are TensorFlow graphs: run under KERAS_BACKEND=tensorflow (`keras-vit export` "
                          "does this itself).")
-    if not isinstance(model, ImageText):
-        model = load_image_text(model)
-    path = os.fspath(path)
+    image_text = model if isinstance(model, ImageText) else load_image_text(model)
+    return _export(image_text, os.fspath(path), labels, templates, format, samples, max_samples, overwrite)
+
+
+def _export(model: ImageText, path: str, labels: Sequence[str], templates: Sequence[str], format: str | None,
+            samples: Any, max_samples: int, overwrite: bool) -> dict[str, Any]:
     format = _format_of(path, format)
     if os.path.exists(path) and not overwrite:
         raise FileExistsError(f"{path} exists; pass overwrite=True (--overwrite) to replace it.")
     classes = model.label_embeddings(labels, templates)
     labels, templates = [str(label) for label in labels], list([templates] if isinstance(templates, str) else templates)
     if samples is None:
-        samples = np.random.default_rng(0).integers(0, 256, (max_samples, *model.image_size, 3), dtype=np.uint8)
+        samples = np.random.default_rng(0).integers(0, 256, (max_samples, *model.image_size, 3)).astype(np.uint8)
     images = sample_images(samples, model.image_size, max_samples)
     reference = model.probabilities(model.scores(model.image_embeddings(images), classes))
     graph = ZeroShotServingGraph(model, classes)

@@ -26,9 +26,17 @@ def plot_zeroshot(images: Any, probabilities: np.ndarray, labels: Sequence[str],
                   title: str | None = None) -> str:
     """Writes the figure to `path` (PNG, atomically) and returns it. `images`: paths or uint8 arrays (N, H, W, 3);
     `probabilities` (N, C) as `ImageText.classify` gives them; `truth`: each image's true label, drawn green
-    where the top label is right, red where not."""
+    where the top label is right, red where not.
+
+    Example:
+    >>> probs = np.array([[0.7, 0.2, 0.1]], np.float32)
+    >>> plot_zeroshot(np.zeros((1, 32, 32, 3), np.uint8), probs, ["cat", "dog", "car"], "one.png", truth=["cat"])
+    'one.png'
+    """
+    from keras_vit._optional import require
     from keras_vit.applications import load_image
-    from keras_vit.visualize import _figure
+
+    Figure = require("matplotlib.figure", "viz", package="matplotlib", what="the zero-shot figure").Figure
 
     if isinstance(images, (str, os.PathLike)):
         images = [images]
@@ -43,7 +51,8 @@ def plot_zeroshot(images: Any, probabilities: np.ndarray, labels: Sequence[str],
     top = max(1, min(int(top), len(labels)))
     columns = max(1, min(int(columns), len(pixels)))
     rows = -(-len(pixels) // columns)
-    figure = _figure(4.2 * columns, 2.0 * rows + (0.4 if title else 0))
+    # a bare Figure renders with Agg and touches no global pyplot state or GUI backend
+    figure = Figure(figsize=(4.2 * columns, 2.0 * rows + (0.4 if title else 0)), layout="constrained")
     grid = figure.add_gridspec(rows, 2 * columns, width_ratios=[1, 1.3] * columns)
     for i, image in enumerate(pixels):
         r, c = divmod(i, columns)
@@ -51,13 +60,14 @@ def plot_zeroshot(images: Any, probabilities: np.ndarray, labels: Sequence[str],
         ax.imshow(image, interpolation="nearest" if max(image.shape[:2]) <= 64 else "antialiased")
         ax.set_axis_off()
         order = np.argsort(-probabilities[i])[:top][::-1]
-        known = truth is not None and truth[i] is not None
+        true = None if truth is None else truth[i]
+        known = true is not None
         if known:
-            ax.set_title(f"true: {truth[i]}", fontsize=8)
+            ax.set_title(f"true: {true}", fontsize=8)
         bars = figure.add_subplot(grid[r, 2 * c + 1])
         colours = []
         for j in order:
-            right = known and labels[j] == truth[i]
+            right = known and labels[j] == true
             colours.append("tab:green" if right else ("tab:red" if known and j == order[-1] else "tab:blue"))
         bars.barh(range(top), probabilities[i][order], color=colours)
         bars.set_yticks(range(top), [labels[j] for j in order], fontsize=7)

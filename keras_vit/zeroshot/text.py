@@ -51,6 +51,12 @@ class TextConfig:
         eos_token_id: the end-of-text token's id (pooling "eos").
         mlp_activation: "quick_gelu" (OpenAI's CLIP), "gelu" or "gelu_tanh" (SigLIP).
         layer_norm_epsilon: every LayerNorm's epsilon.
+
+    Example:
+    >>> config = TextConfig(vocab_size=49408, max_length=77, hidden_size=512, num_layers=12, num_heads=8,
+    ...                     mlp_dim=2048, projection_dim=512, pooling="eos", eos_token_id=49407)  # CLIP ViT-B's
+    >>> config.causal, config.mlp_activation
+    (True, 'quick_gelu')
     """
 
     vocab_size: int
