@@ -20,6 +20,7 @@ import tempfile
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 SHIPPED_SCENES = 500
+AIM = 0.75  # issue 51's aim for the test mIoU
 CALIBRATION_SCENES = 200
 
 
@@ -93,12 +94,18 @@ def main(argv=None):
         json.dump({"scenes": len(split), **scores}, f, indent=2)
 
     name = os.path.basename(os.path.normpath(args.out))
-    exports = {}
+    exports, refused = {}, {}
     for suffix, quantize in (("", None), ("_f16", "float16"), ("_int8", "int8")):
         path = os.path.join(args.out, "exports", f"{name}{suffix}.tflite")
-        exports[os.path.basename(path)] = export_dense(model, path, quantize=quantize, samples=shipped,
-                                                       representative=(calibration, np.zeros(calibration.shape[:3])),
-                                                       max_samples=SHIPPED_SCENES, overwrite=True)
+        try:
+            exports[os.path.basename(path)] = export_dense(
+                model, path, quantize=quantize, samples=shipped, max_samples=SHIPPED_SCENES, overwrite=True,
+                representative=(calibration, np.zeros(calibration.shape[:3])))
+        except ValueError as e:  # the parity check refused it: nothing written, the card says why
+            if quantize is None:
+                raise
+            refused[os.path.basename(path)] = str(e)
+            print(f"ship: {e}", flush=True)
     path = os.path.join(args.out, "exports", f"{name}.onnx")
     exports[os.path.basename(path)] = export_dense(model, path, samples=shipped, max_samples=SHIPPED_SCENES,
                                                    overwrite=True)
@@ -106,14 +113,14 @@ def main(argv=None):
         saved = os.path.join(tmp, f"{name}_savedmodel")
         exports["SavedModel"] = export_dense(model, saved, samples=shipped, max_samples=SHIPPED_SCENES)
         shutil.copy(saved + ".json", os.path.join(args.out, "exports", f"{name}_savedmodel.json"))
-    write_card(args, model, metrics, scores, exports, len(split))
+    write_card(args, model, metrics, scores, exports, len(split), refused)
 
 
 def _size(path):
     return f"{os.path.getsize(path) / 1e6:.1f} MB"
 
 
-def write_card(args, model, metrics, scores, exports, shipped):
+def write_card(args, model, metrics, scores, exports, shipped, refused):
     config, head, backbone = metrics["config"], model.head_config, model.backbone_config
     per_class = metrics["test_per_class"]
     rows = "\n".join(f"| {n} | {v['iou']:.4f} | {v['pixels']:,} |" if v["iou"] is not None else f"| {n} | - | 0 |"
@@ -156,6 +163,19 @@ def write_card(args, model, metrics, scores, exports, shipped):
                  "state)"),
     ]
     rows_text = "\n".join(f"| {k} | {v} |" for k, v in table)
+    refused_text = "".join(f"\nNot shipped: `{file}`: the check refused it ({why})\n" for file, why in refused.items())
+    if metrics["test_miou"] >= AIM:
+        aim_text = f"The aim, test mIoU >= {AIM}, is met."
+    else:
+        worst = min((v["iou"], n) for n, v in per_class.items() if v["iou"] is not None)
+        aim_text = (f"**The aim, test mIoU >= {AIM}, is not met**: {metrics['test_miou']:.4f}. Validation mIoU rose from "
+                    "0.26 to 0.46 over the 8 epochs and flattened as the cosine schedule ended (see the curve); "
+                    "the errors are inside items rather than "
+                    f"between them: even trousers, which the classifier the backbone starts from gets right 96% of the time "
+                    "(the fashion_items run), score IoU "
+                    f"{per_class.get('trouser', {}).get('iou', float('nan')):.2f} (worst: {worst[1]} "
+                    f"{worst[0]:.2f}); a 4x4-patch linear head labels each 4x4 cell from one token. A longer run or "
+                    "a DPT head (`dense.head=dpt`) is the next thing to try.")
     card = f"""# {args.title}
 
 | | |
@@ -163,6 +183,8 @@ def write_card(args, model, metrics, scores, exports, shipped):
 {rows_text}
 
 Reproduce: `{args.command}` (Fashion-MNIST from Debian: `apt-get install dataset-fashion-mnist`).
+
+{aim_text}
 
 ![learning curve](curve.png)
 
@@ -187,7 +209,7 @@ float32 within 1e-4 of the logits' scale, float16 and int8 within 1 point of Ker
 {chr(10).join(export_rows)}
 
 Keras' own mIoU on these scenes: {scores['miou']:.4f}.
-
+{refused_text}
 Predict: `keras-vit predict saved_models/seg_fashion/model.keras IMAGES --out masks/` writes a palette PNG of
 class indices per image; `keras-vit visualize saved_models/seg_fashion/model.keras --image IMG --out DIR`
 the overlays. Export: `keras-vit export saved_models/seg_fashion/model.keras --out seg.tflite --quantize int8
