@@ -362,7 +362,15 @@ def test_predict_writes_palette_masks_that_read_back_as_the_predicted_classes(tr
 def test_exports_agree_with_keras_before_they_land(trained, tmp_path, out, quantize):
     from keras_vit.dense.export import export_dense
 
-    report = export_dense(trained / "model.keras", tmp_path / out, quantize=quantize, max_samples=8)
+    if quantize == "int8":  # a model trained for a few steps on 3 test pairs: int8 may lose more than the point
+        try:
+            report = export_dense(trained / "model.keras", tmp_path / out, quantize=quantize, max_samples=8)
+        except ValueError as e:  # then the check refuses it by name and nothing lands
+            assert "more than 1 point below" in str(e) and "Nothing was written" in str(e)
+            assert not os.listdir(tmp_path)
+            return
+    else:
+        report = export_dense(trained / "model.keras", tmp_path / out, quantize=quantize, max_samples=8)
     assert (tmp_path / out).exists() and (tmp_path / f"{out}.json").is_file()
     meta = json.loads((tmp_path / f"{out}.json").read_text())
     assert meta["class_names"] == ["background", "disc", "square"] and meta["outputs"] == ["logits", "classes"]
