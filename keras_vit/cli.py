@@ -351,6 +351,16 @@ def _image_size(text):
     return size
 
 
+def _add_zeroshot_arguments(p):
+    p.add_argument("--labels", default=None, metavar="A,B,C",
+                   help="zero-shot: MODEL is a CLIP / SigLIP folder or hub name (transformers' CLIPModel, "
+                   "SiglipModel) and these comma-separated labels are the classes")
+    p.add_argument("--labels-file", default=None, metavar="FILE", help="zero-shot: the labels, one per line")
+    p.add_argument("--templates", default=None, metavar="T1|T2",
+                   help="zero-shot prompt templates, '|'-separated, each with one {} for the label ('a photo of a "
+                   "{}.|art of the {}.'), or 'clip' for CLIP's seven ImageNet templates; default '{}'")
+
+
 def _add_export(commands):
     p = commands.add_parser(
         "export",
@@ -405,13 +415,7 @@ def _add_export(commands):
     p.add_argument("--out", required=True,
                    help="what to write: a SavedModel folder (a name without an extension), a .tflite or a .onnx file")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
-    p.add_argument("--labels", default=None, metavar="A,B,C",
-                   help="zero-shot: MODEL is a CLIP / SigLIP folder or hub name (transformers' CLIPModel, "
-                   "SiglipModel) and these comma-separated labels are the classes")
-    p.add_argument("--labels-file", default=None, metavar="FILE", help="zero-shot: the labels, one per line")
-    p.add_argument("--templates", default=None, metavar="T1|T2",
-                   help="zero-shot prompt templates, '|'-separated, each with one {} for the label ('a photo of a "
-                   "{}.|art of the {}.'), or 'clip' for CLIP's seven ImageNet templates; default '{}'")
+    _add_zeroshot_arguments(p)
     p.set_defaults(func=_export, check=_check_export)
 
 
@@ -434,13 +438,7 @@ def _add_predict(commands):
                    "classes and probabilities, label and correct for class subfolders); for a dense model (depth, "
                    "segmentation) the folder its pictures go to (default predictions/): <name>_mask.png, a palette "
                    "PNG of class indices, or <name>_depth.png and .npy")
-    p.add_argument("--labels", default=None, metavar="A,B,C",
-                   help="zero-shot: MODEL is a CLIP / SigLIP folder or hub name (transformers' CLIPModel, "
-                   "SiglipModel) and these comma-separated labels are the classes")
-    p.add_argument("--labels-file", default=None, metavar="FILE", help="zero-shot: the labels, one per line")
-    p.add_argument("--templates", default=None, metavar="T1|T2",
-                   help="zero-shot prompt templates, '|'-separated, each with one {} for the label ('a photo of a "
-                   "{}.|art of the {}.'), or 'clip' for CLIP's seven ImageNet templates; default '{}'")
+    _add_zeroshot_arguments(p)
     p.set_defaults(func=_predict, check=_check_predict)
 
 

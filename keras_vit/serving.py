@@ -515,3 +515,27 @@ def load_classifier(path: str | os.PathLike) -> Classifier:
 
 # ---------------------------------------------------------------------------------------
 # Export.
+
+
+def export_runner(format: str, path: str, content: bytes | None = None) -> Any:
+    """A function uint8 images (N, h, w, 3) -> {output name: array} running the written export."""
+    if format == "saved_model":
+        import tensorflow as tf
+
+        loaded = tf.saved_model.load(path)
+        signature = loaded.signatures["serving_default"]
+        return lambda images: {k: v.numpy() for k, v in signature(images=tf.constant(images)).items()}
+    if format == "onnx":
+        import onnxruntime
+
+        session = onnxruntime.InferenceSession(content or path, providers=["CPUExecutionProvider"])
+        names = [o.name for o in session.get_outputs()]
+        return lambda images: dict(zip(names, session.run(names, {INPUT_NAME: images})))
+    interpreter = litert_interpreter()(model_content=content)
+    runner = interpreter.get_signature_runner("serving_default")
+
+    def run(images):
+        parts = [runner(**{INPUT_NAME: images[i:i + 1]}) for i in range(len(images))]
+        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+    return run

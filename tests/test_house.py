@@ -124,9 +124,10 @@ FLOORS = {
     # training job above the training loop it runs in
     "keras_vit.dense.losses": 1, "keras_vit.dense.visualize": 0, "keras_vit.dense.scenes": 0,
     "keras_vit.dense.data": 4, "keras_vit.dense.training": 5, "keras_vit.dense.predict": 5, "keras_vit.dense.export": 5,
-    # zeroshot/: the tokenizers at the bottom, the text tower beside the backbone, its reader beside the
+    # zeroshot/: the tokenizers beside the checkpoint readers (their bounded JSON reader),
+    # the text tower beside the backbone, its reader beside the
     # checkpoint readers, the two-tower model above from_pretrained
-    "keras_vit.zeroshot.tokenizers": 0, "keras_vit.zeroshot.text": 2, "keras_vit.zeroshot.transformers": 3,
+    "keras_vit.zeroshot.tokenizers": 3, "keras_vit.zeroshot.text": 2, "keras_vit.zeroshot.transformers": 3,
     "keras_vit.zeroshot.model": 4, "keras_vit.zeroshot": 4, "keras_vit.zeroshot.export": 5,
     "keras_vit.zeroshot.figures": 5,
     "keras_vit.formats": 3, "keras_vit.formats._assign": 3, "keras_vit.formats._torch": 3,

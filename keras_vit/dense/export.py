@@ -33,7 +33,8 @@ import keras_vit.dense.data as dense_data
 import keras_vit.dense.losses as dense_losses
 from keras_vit._files import atomic_path
 from keras_vit.dense.model import DensePredictor
-from keras_vit.serving import INPUT_NAME, dense_attention, float32_copy, litert_interpreter, metadata_path
+from keras_vit.serving import INPUT_NAME, dense_attention, float32_copy, metadata_path
+from keras_vit.serving import export_runner as _runner
 
 log = logging.getLogger(__name__)
 
@@ -131,30 +132,6 @@ def _tflite_bytes(graph: DenseServingGraph, quantize: str | None, calibration: n
         with warnings.catch_warnings():  # the calibrator runs TF's deprecated interpreter: not ours to act on
             warnings.filterwarnings("ignore", message=r"\s*Warning: tf.lite.Interpreter is deprecated")
             return converter.convert()
-
-
-def _runner(format: str, path: str, content: bytes | None = None) -> Any:
-    """A function uint8 images (N, h, w, 3) -> {output name: array} running the written export."""
-    if format == "saved_model":
-        import tensorflow as tf
-
-        loaded = tf.saved_model.load(path)
-        signature = loaded.signatures["serving_default"]
-        return lambda images: {k: v.numpy() for k, v in signature(images=tf.constant(images)).items()}
-    if format == "onnx":
-        import onnxruntime
-
-        session = onnxruntime.InferenceSession(content or path, providers=["CPUExecutionProvider"])
-        names = [o.name for o in session.get_outputs()]
-        return lambda images: dict(zip(names, session.run(names, {INPUT_NAME: images})))
-    interpreter = litert_interpreter()(model_content=content)
-    runner = interpreter.get_signature_runner("serving_default")
-
-    def run(images):
-        parts = [runner(**{INPUT_NAME: images[i:i + 1]}) for i in range(len(images))]
-        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-
-    return run
 
 
 def _samples(model: DensePredictor, source: Any, max_samples: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray | None]:

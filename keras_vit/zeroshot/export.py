@@ -29,13 +29,12 @@ from typing import Any, Sequence, cast
 import numpy as np
 
 from keras_vit._common import refuse_unknown_keywords
-from keras_vit._files import atomic_path
-from keras_vit.serving import INPUT_NAME, dense_attention, float32_copy, litert_interpreter, metadata_path
+from keras_vit._files import atomic_path, export_format
+from keras_vit.serving import INPUT_NAME, dense_attention, export_runner, float32_copy, metadata_path
 from keras_vit.zeroshot.model import DEFAULT_TEMPLATES, ImageText
 
 log = logging.getLogger(__name__)
 
-FORMATS = ("saved_model", "tflite", "onnx")
 TOLERANCE = 1e-4  # probabilities' max |diff| against classify
 OUTPUTS = ["logits", "probabilities"]
 
@@ -97,20 +96,6 @@ class ZeroShotServingGraph:
         archive.write_out(path, verbose=False)
 
 
-def _format_of(path: str, format: str | None) -> str:
-    if format is not None:
-        if format not in FORMATS:
-            raise ValueError(f"format {format!r}: use one of {FORMATS}.")
-        return format
-    if path.endswith(".tflite"):
-        return "tflite"
-    if path.endswith(".onnx"):
-        return "onnx"
-    if os.path.splitext(path)[1]:
-        raise ValueError(f"{path}: a .tflite or .onnx file, or a SavedModel folder (a name without an extension).")
-    return "saved_model"
-
-
 def _tflite_bytes(graph: ZeroShotServingGraph) -> bytes:
     import tensorflow as tf
 
@@ -120,29 +105,6 @@ def _tflite_bytes(graph: ZeroShotServingGraph) -> bytes:
         converter = tf.lite.TFLiteConverter.from_saved_model(saved)
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
         return converter.convert()
-
-
-def _runner(format: str, path: str, content: bytes | None) -> Any:
-    if format == "saved_model":
-        import tensorflow as tf
-
-        loaded = tf.saved_model.load(path)
-        signature = loaded.signatures["serving_default"]
-        return lambda images: {k: v.numpy() for k, v in signature(images=tf.constant(images)).items()}
-    if format == "onnx":
-        import onnxruntime
-
-        session = onnxruntime.InferenceSession(content or path, providers=["CPUExecutionProvider"])
-        names = [o.name for o in session.get_outputs()]
-        return lambda images: dict(zip(names, session.run(names, {INPUT_NAME: images})))
-    interpreter = litert_interpreter()(model_content=content)
-    runner = interpreter.get_signature_runner("serving_default")
-
-    def run(images):
-        parts = [runner(**{INPUT_NAME: images[i:i + 1]}) for i in range(len(images))]
-        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-
-    return run
 
 
 def sample_images(source: Any, size: Sequence[int], max_samples: int = 20) -> np.ndarray:
@@ -196,7 +158,7 @@ def export_zeroshot(model: ImageText | str | os.PathLike, path: str | os.PathLik
 
 def _export(model: ImageText, path: str, labels: Sequence[str], templates: Sequence[str], format: str | None,
             samples: Any, max_samples: int, overwrite: bool) -> dict[str, Any]:
-    format = _format_of(path, format)
+    format = export_format(path, format)
     if os.path.exists(path) and not overwrite:
         raise FileExistsError(f"{path} exists; pass overwrite=True (--overwrite) to replace it.")
     classes = model.label_embeddings(labels, templates)
@@ -224,7 +186,7 @@ def _export(model: ImageText, path: str, labels: Sequence[str], templates: Seque
             if content is not None:
                 with open(staged, "wb") as f:
                     f.write(content)
-            out = _runner(format, staged, content)(images)
+            out = export_runner(format, staged, content)(images)
             diff = float(np.max(np.abs(out["probabilities"] - reference)))
             report = {"format": format, "samples": int(len(images)), "max_abs_diff": diff,
                       "top1_agreement": float(np.mean(out["probabilities"].argmax(-1) == reference.argmax(-1))),

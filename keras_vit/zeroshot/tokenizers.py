@@ -14,7 +14,6 @@ No hand-written BPE: the merges and the vocabulary are the libraries' own.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import string
@@ -23,6 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from keras_vit._optional import require
+from keras_vit.formats._torch import read_json
 
 PADDINGS = ("longest", "max_length")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
@@ -140,10 +140,7 @@ def load_tokenizer(folder: str, family: str, model_length: int) -> TextTokenizer
     """The tokenizer of a two-tower checkpoint folder (`family` "clip" or "siglip"), its length capped at the
     text tower's `model_length` position embeddings; a missing file is named with what writes it."""
     config_path = os.path.join(folder, "tokenizer_config.json")
-    config: dict[str, Any] = {}
-    if os.path.exists(config_path):
-        with open(config_path, encoding="utf-8") as f:
-            config = json.load(f)
+    config: dict[str, Any] = read_json(config_path) if os.path.exists(config_path) else {}
     limit = config.get("model_max_length")
     max_length = model_length if not isinstance(limit, int) or limit <= 0 else min(int(limit), model_length)
     if family == "clip":

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from keras_vit.formats._assign import ArraySource, KeyTable, load_into
+from keras_vit.formats._assign import ArraySource, load_into
 from keras_vit.formats._torch import TorchTable, integer, read_json
 from keras_vit.zeroshot.text import TextConfig, text_tower
 
@@ -227,4 +227,4 @@ def read_config(folder: str) -> dict[str, Any]:
     return read_json(os.path.join(folder, "config.json"))
 
 
-__all__ = ["KeyTable", "family_of", "load_text_tower", "read_scalars", "text_config_of"]
+__all__ = ["family_of", "load_text_tower", "read_scalars", "text_config_of"]
