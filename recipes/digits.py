@@ -33,4 +33,8 @@ def get_config():
         # matmuls this small gained nothing measurable from bfloat16 here (150 steps, 7-9 s either way)
         precision="float32",
         seed=0,
+        # Multi-threaded CPU training is not bit-reproducible: the same commit gave >= 95% in two full runs and
+        # 94.7% (340/359) in a third; 94% is a bar a broken recipe misses by far. `keras-vit train digits` fails
+        # below it (after writing the run), so CI's run of the README's first line checks the claim.
+        expect=dict(test_accuracy=0.94),
     )

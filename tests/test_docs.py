@@ -205,8 +205,8 @@ def test_readme_is_a_two_minute_read_whose_first_block_is_the_two_set_up_lines()
     # .ci/run parses this block and runs both lines, each in a fresh clone and a new virtual environment
     assert code.splitlines() == [
         'pip install -e ".[digits]" && keras-vit train digits',
-        'pip install -e ".[test]" && python -m pytest -n 2 && KERAS_BACKEND=jax python -m pytest -n 2 && '
-        'KERAS_BACKEND=torch python -m pytest -n 2',
+        'pip install -e ".[test]" && python -m pytest -n 2 -m "not slow" && KERAS_BACKEND=jax python -m pytest '
+        '-n 2 -m "not slow" && KERAS_BACKEND=torch python -m pytest -n 2 -m "not slow"',
     ]
     assert marker == "not run" and ".ci/run" in reason
 

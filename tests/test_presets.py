@@ -32,23 +32,41 @@ CASES = [(arch, {}, arch) for arch in timm_presets()] + [
 
 @pytest.fixture(scope="module")
 def built_counts():
-    """Every family preset built with a 1000-class head and without one. The variables get their shapes but
-    are never initialized (as tests/test_models.py's built_counts: the giants hold a billion values a count
-    does not need), in a process of its own."""
+    """Every family preset built once, with its 1000-class head. The variables get their shapes but are never
+    initialized (as tests/test_models.py's built_counts: the giants hold a billion values a count does not
+    need), in a process of its own. The headless count ("0") is that count less the head layers': what
+    include_top=False leaves out (test_include_top_false_drops_exactly_the_head_layers), at half the builds."""
     code = ("import json, sys, keras, keras_vit\n"
             "out = {}\n"
             "for arch, kw, _ in json.loads(sys.argv[1]):\n"
-            "    for key, top in (('1000', {}), ('0', {'include_top': False})):\n"
-            "        with keras.StatelessScope(initialize_variables=False):\n"
-            "            model = keras_vit.create_model(arch, **kw, **top)\n"
-            "        assert all(v._value is None for v in model.weights), arch  # nothing was allocated\n"
-            "        out.setdefault(arch, {})[key] = model.count_params()\n"
-            "        del model; keras.backend.clear_session()\n"
+            "    with keras.StatelessScope(initialize_variables=False):\n"
+            "        model = keras_vit.create_model(arch, **kw)\n"
+            "    assert all(v._value is None for v in model.weights), arch  # nothing was allocated\n"
+            "    heads = sum(layer.count_params() for layer in model.layers if layer.name in ('head', 'head_dist'))\n"
+            "    out[arch] = {'1000': model.count_params(), '0': model.count_params() - heads}\n"
+            "    del model; keras.backend.clear_session()\n"
             "print(json.dumps(out))\n")
     result = subprocess.run([sys.executable, "-c", code, json.dumps(CASES)], capture_output=True, text=True,
                             cwd=ROOT, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("arch", ["deit_tiny_distilled_patch16_224", "vit_base_patch16_siglip_224",
+                                  "vit_small_patch14_reg4_dinov2"])
+def test_include_top_false_drops_exactly_the_head_layers(arch):
+    """What built_counts' headless count rests on: include_top=False builds the same model less `head` (and
+    DeiT's `head_dist`), every other layer with the same parameters."""
+    import keras
+
+    def layers(model):
+        return {layer.name: layer.count_params() for layer in model.layers if layer.weights}
+
+    with keras.StatelessScope(initialize_variables=False):
+        top = layers(keras_vit.create_model(arch))
+        bare = layers(keras_vit.create_model(arch, include_top=False))
+    heads = {name for name in top if name in ("head", "head_dist")}
+    assert heads and set(top) - set(bare) == heads and all(top[name] == bare[name] for name in bare)
 
 
 @pytest.mark.slow

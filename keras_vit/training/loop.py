@@ -116,10 +116,66 @@ def train(config: dict[str, Any], model_dir: str | os.PathLike, backup_dir: str 
     if config["class_weight"] not in (None, "balanced"):
         raise ValueError(f"class_weight must be None or 'balanced', got {config['class_weight']!r}.")
     _check_objective(config)  # before minutes of decoding, not after
+    _check_expect(config["expect"])
     if config["class_weight"] and config["objective"] != "classify":
         raise ValueError(f"class_weight weighs the classes of the labels; objective {config['objective']!r} "
                          "uses no labels.")
     return run_job(config, model_dir, _train, backup_dir=backup_dir, verbose=verbose, overwrite=overwrite)
+
+
+# The metrics a recipe's `expect` may name, each a minimum.
+_EXPECTABLE = ("test_accuracy",)
+
+
+def _check_expect(expect: Any) -> None:
+    """Refuses an `expect` that is not None or {metric: minimum} over _EXPECTABLE's metrics.
+
+    Example:
+    >>> _check_expect({"test_accuracy": 0.94})
+    >>> _check_expect({"test_acc": 0.94})
+    Traceback (most recent call last):
+    ValueError: expect names 'test_acc'; it takes {metric: minimum} over test_accuracy (or None).
+    """
+    if expect is None:
+        return
+    if not isinstance(expect, dict):
+        raise ValueError(f"expect must be a dict {{metric: minimum}} or None, got {expect!r}.")
+    for name, minimum in expect.items():
+        if name not in _EXPECTABLE:
+            raise ValueError(f"expect names {name!r}; it takes {{metric: minimum}} over {', '.join(_EXPECTABLE)} "
+                             "(or None).")
+        if isinstance(minimum, bool) or not isinstance(minimum, (int, float)):
+            raise ValueError(f"expect[{name!r}] must be a number, got {minimum!r}.")
+
+
+def _expectation(expect: dict[str, float] | None, metrics: dict[str, Any]) -> dict[str, Any] | None:
+    """Each expected metric beside what the run got: {name: {"minimum", "got", "met"}}; None without `expect`.
+
+    Example:
+    >>> expectation({"test_accuracy": 0.94}, {"test_accuracy": 0.9694})
+    {'test_accuracy': {'minimum': 0.94, 'got': 0.9694, 'met': True}}
+    """
+    if not expect:
+        return None
+    return {name: {"minimum": minimum, "got": metrics[name], "met": metrics[name] >= minimum}
+            for name, minimum in expect.items()}
+
+
+def _enforce_expectation(config, metrics, out_dir):
+    """After the run is written: a line when the recipe's expectation holds, an error when it does not."""
+    report = metrics.get("expectation")
+    if not report:
+        return
+    said = ", ".join(f"{name.replace('_', ' ')} {r['got']:.4f} {'>=' if r['met'] else '<'} {r['minimum']}"
+                     for name, r in report.items())
+    if all(r["met"] for r in report.values()):
+        print(f"keras-vit train: the recipe's expectation holds: {said}", flush=True)
+        return
+    recipe = f"recipe {os.path.basename(config['recipe'])}" if config.get("recipe") else "the recipe"
+    raise RuntimeError(f"{said}: below what {recipe} reaches with its own settings (its expect). "
+                       f"The run is kept in {out_dir} (model.keras, metrics.json); "
+                       "compare metrics.json's versions with the recipe's, or pass --set expect=None to train "
+                       "without the check.")
 
 
 def check_run_keys(config: dict[str, Any]) -> None:
@@ -329,6 +385,7 @@ def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, pr
         "backend": keras.backend.backend(),
         "versions": versions(),
     }
+    metrics["expectation"] = _expectation(config["expect"], metrics)
     if is_chief:
         with atomic_path(os.path.join(out_dir, "model.keras")) as tmp:
             model.save(tmp)
@@ -338,6 +395,8 @@ def _train(config, model_dir, backup_dir, strategy, index, is_chief, verbose, pr
     print(f"keras-vit train: {'stopped early after' if stopped else 'done:'} {counter.epochs_completed} epochs, "
           f"test accuracy {test_accuracy:.4f}, test loss {test_loss:.4f}, {train_seconds:.0f} s, "
           f"{strategy_name(strategy)} x{strategy.num_replicas_in_sync} -> {out_dir}", flush=True)
+    if is_chief:
+        _enforce_expectation(config, metrics, out_dir)
     return metrics
 
 
