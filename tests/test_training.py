@@ -283,13 +283,12 @@ def test_a_recipe_that_misses_its_expectation_fails_after_writing_the_run(tmp_pa
     digits` with nothing changed, fails below it. Here a recipe of one short epoch expects 99.9%: the run is
     written, then refused by name; the same recipe expecting 0% passes and says so."""
     recipe = tmp_path / "short.py"
-    recipe.write_text("from keras_vit.training import load_recipe\n\n\n"
-                      "def get_config():\n"
-                      "    config = load_recipe('digits')\n"
-                      "    config.pop('recipe')\n"
-                      "    return dict(config, epochs=1, steps_per_epoch=3, max_train_examples=200, "
-                      "expect=dict(test_accuracy=EXPECT))\n")
-    code = recipe.read_text()
+    code = ("from keras_vit.training import load_recipe\n\n\n"
+            "def get_config():\n"
+            "    config = load_recipe('digits')\n"
+            "    config.pop('recipe')\n"
+            "    return dict(config, epochs=1, steps_per_epoch=3, max_train_examples=200, "
+            "expect=dict(test_accuracy=EXPECT))\n")
     recipe.write_text(code.replace("EXPECT", "0.999"))
     result = _cli("train", str(recipe), "--model-dir", str(tmp_path / "missed"))
     assert result.returncode == 1, result.stderr[-3000:]

@@ -152,7 +152,7 @@ def _expectation(expect: dict[str, float] | None, metrics: dict[str, Any]) -> di
     """Each expected metric beside what the run got: {name: {"minimum", "got", "met"}}; None without `expect`.
 
     Example:
-    >>> expectation({"test_accuracy": 0.94}, {"test_accuracy": 0.9694})
+    >>> _expectation({"test_accuracy": 0.94}, {"test_accuracy": 0.9694})
     {'test_accuracy': {'minimum': 0.94, 'got': 0.9694, 'met': True}}
     """
     if not expect:
