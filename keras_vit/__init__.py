@@ -46,6 +46,7 @@ _EXPORTS = {
     "keras_vit.export": ("export_model", "load_classifier"),
     "keras_vit.fewshot": ("fewshot_evaluate",),
     "keras_vit.loading": ("load_model",),
+    "keras_vit.parallel": ("layout_map",),
     "keras_vit.dense.config": ("DenseHead",),
     "keras_vit.dense.model": ("DensePredictor",),
     "keras_vit.zeroshot.model": ("ImageText", "load_image_text"),
@@ -60,7 +61,7 @@ __all__ = sorted(_MODULE_OF) + ["__version__"]
 
 # Submodules reachable as attributes, as when __init__ imported them all (keras_vit.data.load_digits).
 _SUBMODULES = ("applications", "checkpoints", "config", "data", "dense", "export", "factory", "fewshot", "images",
-               "interpolation", "layers", "loading", "models", "posemb", "presets", "pretrained", "report", "serving",
+               "interpolation", "layers", "loading", "models", "parallel", "posemb", "presets", "pretrained", "report", "serving",
                "stem", "training", "visualize", "zeroshot")
 
 

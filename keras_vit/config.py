@@ -20,7 +20,7 @@ from keras_vit._common import check_keywords, is_int, shown
 from keras_vit._common import to_pair as _pair
 from keras_vit.images import view_policy
 from keras_vit.layers import PREFIX_POSEMB, check_mlp_activation, grid_size
-from keras_vit.presets import PRESETS, canonical_variant
+from keras_vit.presets import canonical_variant, preset_of
 from keras_vit.stem import ROOTS, check_first_stride, check_norm, stem_stride
 
 CLASSIFIERS = ("token", "gap")
@@ -205,9 +205,9 @@ class ViTConfig:
         """
         check_keywords(overrides, field_names(), "ViTConfig.from_preset")
         name = canonical_variant(variant)
-        fields = {**PRESETS[name].sizes, **overrides}
+        fields = {**preset_of(name).sizes, **overrides}
         if "variant" not in overrides:
-            fields["variant"] = None if _size_mismatches(PRESETS[name].sizes, fields) else name
+            fields["variant"] = None if _size_mismatches(preset_of(name).sizes, fields) else name
         return cls(**fields)
 
     def to_dict(self) -> dict[str, Any]:
@@ -425,7 +425,7 @@ def _size_mismatches(sizes, fields):
 
 def _check_variant(variant, c):
     name = canonical_variant(variant)
-    differ = _size_mismatches(PRESETS[name].sizes, {key: getattr(c, key) for key in SIZE_ARGS})
+    differ = _size_mismatches(preset_of(name).sizes, {key: getattr(c, key) for key in SIZE_ARGS})
     if differ:
         raise ValueError(f"variant={variant!r} does not describe this model: {', '.join(differ)}.")
     return name

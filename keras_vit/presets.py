@@ -32,8 +32,8 @@ class Preset:
 
     sizes: VisionTransformer's size arguments (vit_jax/configs/models.py).
     official_name: the checkpoints' file stem, e.g. "ViT-B_16".
-    constructor: the keras.applications-style function's name, e.g. "ViTB16".
-    parameters: the official implementation's own count, 1000 classes, 224x224.
+    constructor: the keras.applications-style function's name, e.g. "ViTB16" (None: `create_model` only).
+    parameters: the official implementation's own count, 1000 classes, 224x224 (the giants': ours).
     weights: the NAMED_WEIGHTS released for it.
     augreg: the recommended AugReg checkpoint's file stem, or None.
     augreg_finetune_lr: the learning rate in its ImageNet-2012 fine-tune's file name.
@@ -43,13 +43,14 @@ class Preset:
 
     sizes: dict
     official_name: str
-    constructor: str
+    constructor: str | None
     parameters: int
     weights: tuple = ()
     augreg: str | None = None
     augreg_finetune_lr: str | None = None
     finetune_224: bool = False
     imagenet: str | None = None
+    published: str | None = None
 
 
 def _vit(patch, hidden, layers, heads, mlp, resnet=None):
@@ -111,22 +112,50 @@ _IMAGENET = {
 PRESETS = {name: dataclasses.replace(preset, imagenet=_IMAGENET[name], weights=("imagenet",) + preset.weights)
            if name in _IMAGENET else preset for name, preset in PRESETS.items()}
 
+# The giants, for model-parallel training (keras_vit.layout_map): ViT-g/14 and ViT-G/14 of "Scaling Vision
+# Transformers" (Zhai et al., CVPR 2022, Table 2: 1011M and 1843M, the encoder without a head) and ViT-e/14
+# of PaLI (Chen et al., ICLR 2023: 3.9B, with its attention-pool head), sizes as big_vision's models/vit.py.
+# No released weights; `parameters` is our count with a 1000-class head at 224 (a class token), tested
+# against `published` by tests/test_parallel.py. Not among the paper's 14 (`PRESETS`, `VARIANTS`).
+GIANT_PRESETS = {
+    "g/14": Preset(_vit(14, 1408, 40, 16, 6144), "ViT-g_14", None, 1_012_611_432, published="1011M"),
+    "G/14": Preset(_vit(14, 1664, 48, 16, 8192), "ViT-G_14", None, 1_844_440_680, published="1843M"),
+    "e/14": Preset(_vit(14, 1792, 56, 16, 15360), "ViT-e_14", None, 3_807_214_312, published="3.9B"),
+}
+
+
+def preset_of(name: str) -> Preset:
+    """The Preset of a `canonical_variant` name: the paper's (`PRESETS`) or a giant (`GIANT_PRESETS`).
+
+    Example:
+    >>> preset_of(canonical_variant("ViT-G_14")).sizes["hidden_size"], preset_of("B/16").constructor
+    (1664, 'ViTB16')
+    """
+    return PRESETS[name] if name in PRESETS else GIANT_PRESETS[name]
+
+
 # The official configurations' sizes, by variant (the public `keras_vit.VARIANTS`).
 VARIANTS = {name: preset.sizes for name, preset in PRESETS.items()}
 
 
 def canonical_variant(name):
-    """'ViT-B_16', 'vit-b/16', 'B16' or 'R50+ViT-B_16' -> the key of PRESETS."""
-    key = str(name).strip().upper().replace("VIT-", "").replace("VIT", "").replace("_", "/").lstrip("-")
+    """'ViT-B_16', 'vit-b/16', 'B16' or 'R50+ViT-B_16' -> the key of PRESETS (or of GIANT_PRESETS: 'ViT-g_14'
+    and 'ViT-G_14' are two models, told apart by case)."""
+    key = re.sub(r"vit-?", "", str(name).strip(), flags=re.IGNORECASE).replace("_", "/").lstrip("-")
     if "/" not in key:  # B16 -> B/16
         head = key.rstrip("0123456789")
         key = f"{head}/{key[len(head):]}"
-    table = {k.upper(): k for k in PRESETS}
+    if key in PRESETS or key in GIANT_PRESETS:
+        return key
+    key = key.upper()
+    upper = [k.upper() for k in (*PRESETS, *GIANT_PRESETS)]
+    table = {k.upper(): k for k in (*PRESETS, *GIANT_PRESETS) if upper.count(k.upper()) == 1}
     if key not in table:
         if timm_family(str(name)) is not None:
             raise ValueError(f"{name!r} is a timm architecture, not one of the paper's variants: "
                              f"keras_vit.create_model({str(name)!r}) builds it.")
-        raise ValueError(f"Unknown ViT variant {name!r}.{did_you_mean(name)} Known variants: {', '.join(PRESETS)}; "
+        raise ValueError(f"Unknown ViT variant {name!r}.{did_you_mean(name)} Known variants: {', '.join(PRESETS)}, the giants "
+                         f"{', '.join(GIANT_PRESETS)}; "
                          f"and timm's families ({', '.join(TIMM_ARCHITECTURES)}; keras_vit.presets.TIMM_PRESETS lists "
                          "their published sizes), which keras_vit.create_model builds.")
     return table[key]
@@ -142,7 +171,8 @@ def did_you_mean(name):
     >>> did_you_mean("b/61"), did_you_mean("deit_base_distiled_patch16_224")
     ('', " Did you mean 'deit_base_distilled_patch16_224' or 'deit_base_distilled_patch16_384'?")
     """
-    known = [*PRESETS, *(p.official_name for p in PRESETS.values()), *timm_presets()]
+    presets = {**PRESETS, **GIANT_PRESETS}
+    known = [*presets, *(p.official_name for p in presets.values()), *timm_presets()]
     close = difflib.get_close_matches(str(name).strip(), known, n=2, cutoff=0.8)
     return f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
 

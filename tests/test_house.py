@@ -116,6 +116,8 @@ FLOORS = {
     "keras_vit.models": 2,
     "keras_vit.posemb": 3, "keras_vit.checkpoints": 3, "keras_vit.pretrained": 3, "keras_vit.distill": 3,
     "keras_vit.masked": 3,
+    # layout maps: the config's rules, a stand-in model built from it; the training loop above uses them
+    "keras_vit.parallel": 3,
     # dense/: its config and layers beside the backbone's, its heads above them, the model and readers beside
     # the checkpoint readers (pretrained dispatches to them)
     "keras_vit.dense.config": 0, "keras_vit.dense.layers": 1, "keras_vit.dense.heads": 1,

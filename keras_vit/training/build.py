@@ -76,12 +76,25 @@ def build_model(config, class_names):
     kwargs = {k: v for k, v in config["model"].items() if v is not None and k != "variant"}
     kwargs.update(model_input(config), classes=len(class_names), class_names=class_names, classifier_activation=None)
     variant = config["model"].get("variant")
-    model = VisionTransformer(ViTConfig.from_preset(variant, **kwargs) if variant else ViTConfig(**kwargs))
+    vit_config = ViTConfig.from_preset(variant, **kwargs) if variant else ViTConfig(**kwargs)
+    _check_mesh(vit_config)
+    model = VisionTransformer(vit_config)
     if config["init_checkpoint"]:
         from keras_vit.checkpoints import load_weights
 
         load_weights(model, config["init_checkpoint"], method=config["resample"])
     return model
+
+
+def _check_mesh(vit_config):
+    """Under a model-parallel distribution, refuse a model whose heads or widths do not split over its mesh."""
+    import keras
+
+    from keras_vit.parallel import RuleModelParallel, check_mesh
+
+    distribution = keras.distribution.distribution() if keras.backend.backend() == "jax" else None
+    if isinstance(distribution, RuleModelParallel):
+        check_mesh(vit_config, distribution.mesh_shape)
 
 
 def _from_hub_checkpoint(config, class_names):
@@ -101,6 +114,7 @@ def _from_hub_checkpoint(config, class_names):
         overrides["crop_pct"] = config["eval_crop_fraction"]
     model = from_pretrained(source, classes=len(class_names), class_names=list(class_names),
                             classifier_activation=None, **overrides)
+    _check_mesh(model.config)
     # A new head even when the checkpoint's has as many classes: its classes are not these.
     for layer in model.layers:
         if layer.name in ("head", "head_dist"):

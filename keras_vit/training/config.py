@@ -97,6 +97,10 @@ DEFAULTS = {
     "precision": "auto",  # "auto" (resolve_precision: bfloat16 where native), "float32", "mixed_bfloat16", ...
     "strategy": "auto",  # "auto", "default", "mirrored", "multi_worker", "tpu"
     "cpu_replicas": 0,  # > 1: split the CPU into that many logical devices (tests, debugging)
+    # jax: "model_parallel" shards every variable over a DATAxMODEL `mesh` (keras_vit.layout_map's rules),
+    # "data_parallel" is Keras' DataParallel; None: the strategy's
+    "distribution": None,
+    "mesh": None,  # "2x4": 2-way data parallel x 4-way model parallel (distribution="model_parallel")
     "seed": 0,
     "jit_compile": False,  # XLA: slower in bfloat16 on CPU, faster or equal in float32 on some; True on GPU/TPU
     # what the recipe reaches with its own settings, e.g. {"test_accuracy": 0.94}: a run of the unchanged recipe

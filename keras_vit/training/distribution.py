@@ -75,18 +75,30 @@ class KerasDistribution:
 
     def __init__(self, distribution=None):
         self.distribution = distribution
-        self.num_replicas_in_sync = 1 if distribution is None else int(distribution.device_mesh.devices.size)
+        # The batch splits over the mesh's batch axis only (a model-parallel mesh's "data" axis).
+        if distribution is None:
+            self.num_replicas_in_sync = 1
+        else:
+            mesh = distribution.device_mesh
+            self.num_replicas_in_sync = int(mesh.shape[list(mesh.axis_names).index(distribution.batch_dim_name)])
 
     def scope(self):
         return contextlib.nullcontext() if self.distribution is None else self.distribution.scope()
 
     @property
     def name(self):
-        return "SingleDevice" if self.distribution is None else type(self.distribution).__name__
+        if self.distribution is None:
+            return "SingleDevice"
+        if isinstance(self.distribution, keras.distribution.ModelParallel):
+            return "ModelParallel {}x{}".format(*self.distribution.device_mesh.shape)
+        return type(self.distribution).__name__
 
 
-def get_distribution(name="auto", cpu_replicas=0):
+def get_distribution(name="auto", cpu_replicas=0, distribution=None, mesh=None):
     """The `KerasDistribution` to train with under the jax or torch backend.
+
+    `distribution="model_parallel"` (jax): `keras_vit.parallel`'s layouts over a (data, model) `mesh`
+    ("2x4"), each variable sharded as it is created; "data_parallel" is DataParallel ("mirrored").
 
     jax: "auto" is `keras.distribution.DataParallel` over every visible device when there are
     several (GPUs, TPU cores, or CPUs split by `cpu_replicas` or
@@ -102,6 +114,9 @@ def get_distribution(name="auto", cpu_replicas=0):
     names = ("auto", "default", "mirrored", "multi_worker", "tpu")
     if name not in names:
         raise ValueError(f"Unknown strategy {name!r}; use one of {names}.")
+    check_distribution(distribution, mesh, backend)
+    if distribution == "data_parallel":
+        name = "mirrored"
     usable = ("auto", "default", "mirrored") if backend == "jax" else ("auto", "default")
     if name not in usable:
         raise ValueError(f"strategy {name!r} is not available under KERAS_BACKEND={backend}: use one of {usable}, "
@@ -125,9 +140,35 @@ def get_distribution(name="auto", cpu_replicas=0):
     devices = keras.distribution.list_devices()
     if cpu_replicas and cpu_replicas > 1 and all(d.startswith("cpu") for d in devices):
         devices = devices[:cpu_replicas]
+    if distribution == "model_parallel":
+        from keras_vit.parallel import RuleModelParallel
+
+        if os.environ.get("KERAS_DISTRIBUTION_NUM_PROCESSES") and not getattr(get_distribution, "initialized", False):
+            keras.distribution.initialize()  # several hosts: the env names the peers (once per process)
+            get_distribution.initialized = True  # type: ignore[attr-defined]
+
+        return KerasDistribution(RuleModelParallel(mesh))
     if name == "mirrored" or (name == "auto" and len(devices) > 1):
         return KerasDistribution(keras.distribution.DataParallel(devices=devices))
     return KerasDistribution()
+
+
+DISTRIBUTIONS = (None, "data_parallel", "model_parallel")
+
+
+def check_distribution(distribution, mesh, backend):
+    """Refuse a recipe's `distribution` / `mesh` pair this backend cannot run, naming the value."""
+    if distribution not in DISTRIBUTIONS:
+        raise ValueError(f"Unknown distribution {distribution!r}; use one of {DISTRIBUTIONS} (None: the strategy's).")
+    if distribution == "model_parallel":
+        if backend != "jax":
+            raise ValueError(f"distribution='model_parallel' is keras.distribution's, which runs under KERAS_BACKEND=jax "
+                             f"(this is {backend}): run `KERAS_BACKEND=jax keras-vit train ...`.")
+        if mesh is None:
+            raise ValueError("distribution='model_parallel' needs a mesh, DATAxMODEL devices: --set mesh=2x4.")
+    elif mesh is not None:
+        raise ValueError(f"mesh={mesh!r} is for distribution='model_parallel' (--set distribution=model_parallel); "
+                         f"distribution is {distribution!r}.")
 
 
 def strategy_name(strategy):

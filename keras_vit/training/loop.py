@@ -27,6 +27,7 @@ from keras_vit.training.callbacks import BestModelCheckpoint, EpochCounter, tens
 from keras_vit.training.config import hub_checkpoint
 from keras_vit.training.distribution import (
     KerasDistribution,
+    check_distribution,
     cluster_task,
     get_distribution,
     get_strategy,
@@ -200,10 +201,14 @@ def run_job(config: dict[str, Any], model_dir: str | os.PathLike, job: Any, *,
     try:
         backend = keras.backend.backend()
         if backend == "tensorflow":
+            check_distribution(config["distribution"], config["mesh"], backend)
+            if config["distribution"] == "data_parallel":
+                config = dict(config, strategy="mirrored")
             strategy = get_strategy(config["strategy"], config["cpu_replicas"])
             kind, index, is_chief = cluster_task()
         else:  # one process: Keras' distribution API, not TF_CONFIG's cluster
-            strategy = get_distribution(config["strategy"], config["cpu_replicas"])
+            strategy = get_distribution(config["strategy"], config["cpu_replicas"], config["distribution"],
+                                        config["mesh"])
             index, is_chief = 0, True
         replicas = strategy.num_replicas_in_sync
         print(f"keras-vit train: {strategy_name(strategy)} with {replicas} replica(s)"
