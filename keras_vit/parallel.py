@@ -211,7 +211,7 @@ def parameter_bytes(model: keras.Model | ViTConfig, mesh: Any, *, bytes_per_valu
 
     Example:
     >>> parameter_bytes(ViTConfig(hidden_size=64, num_heads=4, mlp_dim=128, num_layers=2), (1, 1))
-    {'total': 423424, 'per_device': 423424}
+    {'total': 775840, 'per_device': 775840}
     """
     data, model_axis = parse_mesh(mesh) if not isinstance(mesh, keras.distribution.DeviceMesh) else mesh.shape
     shapes, config = _shapes(model)
