@@ -77,6 +77,25 @@ def fit(model):
 with dist.scope():
     out["losses_sharded"] = fit(sharded)
 out["losses_single"] = fit(single)
+small = dict(num_layers=2, hidden_size=64, num_heads=4, mlp_dim=128, classes=10)
+families = {  # DINOv2 with registers and LayerScale, a hybrid's ResNet stem, SigLIP's attention pool, BEiT
+    "dinov2_reg": lambda: keras_vit.create_model("vit_small_patch14_reg4_dinov2", image_size=56, include_top=False,
+                                                 num_layers=2, num_heads=4),
+    "hybrid": lambda: keras_vit.create_model("R+Ti/16", image_size=32, **small),
+    "siglip_map": lambda: keras_vit.create_model("vit_base_patch16_siglip_224", image_size=32, **small),
+    "beit": lambda: keras_vit.create_model("beit_base_patch16_224", image_size=32, **small),
+}
+out["families"] = {}
+for name, build in families.items():
+    keras.utils.set_random_seed(0)
+    one = build()
+    images = rng.normal(size=(2,) + tuple(one.input_shape[1:])).astype("float32")
+    with keras.distribution.ModelParallel(layout_map=layout_map(one, "2x4"), batch_dim_name="data").scope():
+        many = build()
+    many.set_weights(one.get_weights())
+    out["families"][name] = dict(
+        diff=float(np.max(np.abs(np.asarray(many(images)) - np.asarray(one(images))))),
+        sharded=sum(1 for v in many.weights if any(a is not None for a in v.value.sharding.spec)))
 try:
     layout_map(keras_vit.ViTConfig(hidden_size=48, num_heads=3, mlp_dim=96, num_layers=1), "2x4")
 except ValueError as e:
@@ -161,6 +180,14 @@ def test_a_2x4_mesh_gives_one_devices_outputs_gradients_and_losses(mesh_run):
     single, sharded = mesh_run["losses_single"], mesh_run["losses_sharded"]
     assert len(sharded) == 3 and single[0] > single[-1]  # it trained
     assert max(abs(a - b) for a, b in zip(single, sharded)) <= 1e-5
+
+
+@needs_jax
+@once
+def test_every_family_shards_and_keeps_its_outputs(mesh_run):
+    for name, got in mesh_run["families"].items():
+        assert got["diff"] <= 1e-6, name
+        assert got["sharded"] >= 2 * 10, name  # at least each block's Megatron-split variables
 
 
 @needs_jax
