@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import DATA, tensorflow_only
+from conftest import DATA, ROOT, tensorflow_only
 
 import keras_vit.dense.data as dense_data
 from keras_vit.dense import losses as dense_losses
@@ -470,3 +470,30 @@ def test_the_shipped_exports_agree_with_keras(shipped, name):
     if name in ("seg_fashion.tflite", "seg_fashion.onnx"):
         assert report["relative_max_abs_diff"] < 1e-4 and report["class_agreement"] > 0.999
     assert report["miou_drop"] <= 0.01 and report["class_agreement"] > 0.97
+
+
+_DATA_PARALLEL = r"""
+import json, sys
+sys.path.insert(0, "tests")
+from test_dense_training import _config
+from keras_vit.dense.training import train
+# 2 devices; validation_split 0.45 of the folder's pairs leaves a last validation batch of odd length
+metrics = train(_config("strategy=mirrored", "validation_split=0.45", "epochs=1", "batch_size=4"), sys.argv[1], verbose=0)
+print(json.dumps({k: metrics[k] for k in ("strategy", "num_replicas", "validation_examples", "test_miou",
+                                           "final_epoch_logs")}))
+"""
+
+
+def test_dense_training_runs_under_keras_data_parallel_on_two_devices(tmp_path):
+    pytest.importorskip("jax", reason="jax is not installed (pip install -e '.[jax]')")
+    if os.environ.get("KERAS_BACKEND", "tensorflow") != "tensorflow":
+        pytest.skip("starts its own jax process; runs in the tensorflow suite only")
+    result = subprocess.run([sys.executable, "-c", _DATA_PARALLEL, str(tmp_path / "run")], capture_output=True,
+                            text=True, cwd=ROOT, timeout=600,
+                            env=dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3",
+                                     XLA_FLAGS="--xla_force_host_platform_device_count=2"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    got = json.loads(result.stdout.strip().splitlines()[-1])
+    assert got["strategy"] == "DataParallel" and got["num_replicas"] == 2
+    assert got["validation_examples"] % 4 % 2 == 1, got  # the odd last batch was padded, not refused
+    assert 0.0 <= got["test_miou"] <= 1.0 and 0.0 <= got["final_epoch_logs"]["val_miou"] <= 1.0

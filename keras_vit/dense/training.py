@@ -237,14 +237,29 @@ def _view(config, model):
     return view["image_size"], view["pixel_mean"], view["pixel_std"]
 
 
+def _pad_dense_batches(ds, multiple, fill):
+    """(images, targets) batches padded to a multiple of `multiple` rows: zero images whose targets are all
+    `fill`, pixels the losses and metrics leave out (the ignore index; depth 0, no depth). The test split is
+    scored image by image (`evaluate_dense`), never padded. (A batch's mean loss counts a padded image as 0:
+    the validation loss moves by at most (multiple - 1) / len(split) of a batch's mean.)"""
+    import tensorflow as tf
+
+    def pad(images, targets):
+        extra = (multiple - tf.shape(images)[0] % multiple) % multiple
+
+        def filled(x, value):
+            return tf.fill(tf.concat([[extra], tf.shape(x)[1:]], 0), tf.cast(value, x.dtype))
+
+        return tf.concat([images, filled(images, 0)], 0), tf.concat([targets, filled(targets, fill)], 0)
+
+    return ds.map(pad)
+
+
 # One run, in the order the seeded streams are drawn: data, model, pipelines, fit, scores, files.
 def _train_dense(config, model_dir, backup_dir, strategy, index, is_chief, verbose, precision):
     model_dir = os.path.abspath(model_dir)
     out_dir = model_dir if is_chief else os.path.join(model_dir, ".workers", f"worker_{index}")
     os.makedirs(out_dir, exist_ok=True)
-    if isinstance(strategy, KerasDistribution) and strategy.num_replicas_in_sync > 1:
-        raise ValueError("dense training runs on one device or under tf.distribute; a Keras DataParallel "
-                         "distribution (jax, several devices) is not supported for it yet: --set strategy=default.")
     dense = config["dense"]
     train_split, val_split, test_split = dense_splits(config)
     class_names = train_split.class_names
@@ -266,6 +281,10 @@ def _train_dense(config, model_dir, backup_dir, strategy, index, is_chief, verbo
     val_ds = (dense_data.make_dense_dataset(val_split, size, batch, training=False, **stats)
               if val_split is not None else None)
     test_ds = dense_data.make_dense_dataset(test_split, size, batch, training=False, **stats)
+    if isinstance(strategy, KerasDistribution) and strategy.num_replicas_in_sync > 1 and val_ds is not None:
+        # DataParallel splits every batch evenly over the devices, fit's last validation batch too
+        fill = dense["ignore_index"] if model.task == "segmentation" else 0
+        val_ds = _pad_dense_batches(val_ds, strategy.num_replicas_in_sync, fill)
     monitor = ("val_" if val_ds is not None else "") + ("miou" if model.task == "segmentation" else "delta1")
     counter, callbacks = run_callbacks(model_dir, out_dir, backup_dir, index, is_chief, monitor)
     start, cpu_start = time.time(), time.process_time()
