@@ -170,3 +170,13 @@ def test_recipe_cost_builds_and_times_a_recipe_as_keras_vit_train_does(tmp_path)
     assert [r["recipe"] for r in rows] == ["digits"] and rows[0]["rounds"] == 2
     assert rows[0]["step_s"] > 0 and rows[0]["x_budget"] == 1.0
     assert "| digits |" in out.read_text() and json.loads(out.with_suffix(".json").read_text())["rows"]
+
+
+def test_parallel_memory_writes_its_table_and_figure(tmp_path):
+    import parallel_memory
+
+    parallel_memory.main(["--models", "L/16", "--out", str(tmp_path / "t.md"), "--figure", str(tmp_path / "m.png")])
+    table = (tmp_path / "t.md").read_text()
+    # ViT-L/16: 304M float32 parameters (1.22 GB); on a 2x4 mesh each device holds 0.16 GB of them
+    assert "| ViT-L/16 | 304M | 1.22 GB (4.9 GB) | 0.16 GB (0.6 GB) |" in table
+    assert (tmp_path / "m.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
