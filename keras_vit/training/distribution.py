@@ -143,9 +143,9 @@ def get_distribution(name="auto", cpu_replicas=0, distribution=None, mesh=None):
     if distribution == "model_parallel":
         from keras_vit.parallel import RuleModelParallel
 
-        if os.environ.get("KERAS_DISTRIBUTION_NUM_PROCESSES") and not getattr(get_distribution, "initialized", False):
+        if os.environ.get("KERAS_DISTRIBUTION_NUM_PROCESSES") and not _MULTI_HOST:
             keras.distribution.initialize()  # several hosts: the env names the peers (once per process)
-            get_distribution.initialized = True  # type: ignore[attr-defined]
+            _MULTI_HOST.append(True)
 
         return KerasDistribution(RuleModelParallel(mesh))
     if name == "mirrored" or (name == "auto" and len(devices) > 1):
@@ -154,6 +154,8 @@ def get_distribution(name="auto", cpu_replicas=0, distribution=None, mesh=None):
 
 
 DISTRIBUTIONS = (None, "data_parallel", "model_parallel")
+# Whether this process has joined its hosts (keras.distribution.initialize runs once per process).
+_MULTI_HOST: list[bool] = []
 
 
 def check_distribution(distribution, mesh, backend):
