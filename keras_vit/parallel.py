@@ -103,7 +103,7 @@ def variable_axes(path: str, shape: tuple[int, ...], mesh_shape: tuple[int, int]
         for size, axis in zip(shape, axes):
             parts = model if axis == "model" else data
             if size % parts:
-                field = _MODEL_FIELD[layer] if axis == "model" and size == shape[1 if column else 0] else "hidden_size"
+                field = _MODEL_FIELD[layer] if axis == "model" else "hidden_size"
                 raise ValueError(f"{path} {tuple(shape)}: its {size} features do not split into {parts} parts along "
                                  f"the mesh's {axis!r} axis ({field} must be a multiple of {parts}); "
                                  f"choose a mesh whose {axis} axis divides {size}.")
