@@ -33,6 +33,7 @@ logging.getLogger("keras_vit").addHandler(logging.NullHandler())
 
 _EXPORTS = {
     "keras_vit.layers": ("Attention", "AttentionPool", "DropPath", "Patches", "PatchEncoder", "TransformerBlock"),
+    "keras_vit.rope": ("RotaryEmbedding",),
     "keras_vit.stem": ("BottleneckUnit", "StdConv2D"),
     "keras_vit.config": ("ViTConfig",),
     "keras_vit.models": ("VARIANTS", "VisionTransformer"),

@@ -337,12 +337,14 @@ def _iter_attention(model, images, batch_size):
         raise ValueError(f"batch_size must be positive, got {batch_size}.")
     embed = model.stage_model("images", "embedded")
 
-    def layers(x):
-        for _, probs in model.forward_blocks(x, return_attention=True, training=False):
+    def layers(batch):
+        rope = model.rope_table(batch) if getattr(model, "rope", None) is not None else None
+        x = embed(batch, training=False)
+        for _, probs in model.forward_blocks(x, return_attention=True, training=False, rope=rope):
             yield keras.ops.convert_to_numpy(probs)
 
     for start in range(0, len(images), batch_size):
-        yield layers(embed(images[start:start + batch_size], training=False))
+        yield layers(images[start:start + batch_size])
 
 
 def attention_probabilities(model: keras.Model, images: np.ndarray, batch_size: int = 16) -> list[np.ndarray]:

@@ -21,6 +21,7 @@ from keras_vit._common import to_pair as _pair
 from keras_vit.images import view_policy
 from keras_vit.layers import PREFIX_POSEMB, check_mlp_activation, grid_size
 from keras_vit.presets import canonical_variant, preset_of
+from keras_vit.rope import check_rope
 from keras_vit.stem import ROOTS, check_first_stride, check_norm, stem_stride
 
 CLASSIFIERS = ("token", "gap")
@@ -133,7 +134,18 @@ class ViTConfig:
         relative_position_bias: BEiT's learned relative position bias in every block's attention (a
             table of (2gh-1)(2gw-1)+3 entries per head, over `grid` and the class token); such a model
             takes its own image size only.
-        absolute_position_embeddings: False for a model without the absolute position table (BEiT).
+        absolute_position_embeddings: False for a model without the absolute position table (BEiT, DINOv3).
+        rope: rotary position embeddings on every block's queries and keys (the patches', not the class or
+            register tokens'; `keras_vit.rope`): None (the paper), "dinov3" (patch centres in [-1, 1],
+            channels paired as halves: DINOv3) or "axial" (integer patch indices, neighbouring channels paired:
+            EVA02). No weights: the angles follow each image's grid, so the model takes any size its
+            absolute table (if any) allows.
+        rope_temperature: the base of the RoPE frequencies; None: the kind's (100 for "dinov3", 10000 for
+            "axial").
+        mlp_norm: a LayerNorm on each MLP's hidden units before its second layer (EVA02's sub-LN,
+            timm's `scale_mlp`).
+        rope_grid: "axial" only: the reference grid (EVA02's ref_feat_shape, its pre-training grid) the patch
+            indices are rescaled to, t = k / n * ref, at every size; None: the indices themselves.
 
     Example:
     >>> config = ViTConfig(image_size=48, patch_size=4, hidden_size=64, num_layers=2, num_heads=4, mlp_dim=128,
@@ -186,6 +198,10 @@ class ViTConfig:
     mlp_activation: str | None = None
     relative_position_bias: bool = False
     absolute_position_embeddings: bool = True
+    rope: str | None = None
+    rope_temperature: float | None = None
+    rope_grid: tuple[int, int] | None = None
+    mlp_norm: bool = False
 
     def __post_init__(self) -> None:
         _check(self, functools.partial(object.__setattr__, self))
@@ -303,7 +319,8 @@ def _check(c, set_):
     if c.classes is not None and c.include_top is not False:
         set_("classes", _integer(c.classes, "classes", 1 if c.include_top else 0, MAX_CLASSES))
     for what in ("include_top", "approximate_gelu", "fc_norm", "distillation", "pre_norm", "patch_bias",
-                 "relative_position_bias", "absolute_position_embeddings", "dynamic_image_size", "remat"):
+                 "relative_position_bias", "absolute_position_embeddings", "dynamic_image_size", "remat",
+                 "mlp_norm"):
         set_(what, _flag(getattr(c, what), what))
     for what in ("dropout_rate", "attention_dropout_rate", "drop_path_rate", "layer_norm_epsilon", "crop_pct"):
         set_(what, _real(getattr(c, what), what))
@@ -340,15 +357,23 @@ def _check(c, set_):
     for what in ("dropout_rate", "attention_dropout_rate", "drop_path_rate"):
         if not 0.0 <= getattr(c, what) < 1.0:
             raise ValueError(f"{what} must be in [0, 1), got {getattr(c, what)}.")
-    if c.relative_position_bias or not c.absolute_position_embeddings:
+    if c.rope_temperature is not None:
+        set_("rope_temperature", _real(c.rope_temperature, "rope_temperature"))
+    if c.rope_grid is not None:
+        set_("rope_grid", _pair(c.rope_grid, "rope_grid"))
+    check_rope(c.rope, c.hidden_size // c.num_heads, c.rope_temperature, c.rope_grid)
+    if c.rope is not None and c.relative_position_bias:
+        raise ValueError(f"rope={c.rope!r} with relative_position_bias=True: a model takes one kind of relative "
+                         "position (RoPE or BEiT's bias table), not both.")
+    if c.relative_position_bias:  # its table is over one grid of patches and a class token
         clash = [f"{k}={getattr(c, k)!r}" for k, ok in (("classifier", c.classifier == "token"),
                                                        ("distillation", not c.distillation),
                                                        ("register_tokens", not c.register_tokens),
                                                        ("dynamic_image_size", not c.dynamic_image_size),
                                                        ("resnet", c.resnet is None)) if not ok]
         if clash:
-            raise ValueError(f"relative_position_bias / absolute_position_embeddings=False (BEiT: a class token, "
-                             f"one patch grid) do not go with {', '.join(clash)}.")
+            raise ValueError(f"relative_position_bias (BEiT: a class token, one patch grid) does not go with "
+                             f"{', '.join(clash)}.")
     if c.prefix_posemb not in PREFIX_POSEMB:
         raise ValueError(f"Unknown prefix_posemb {c.prefix_posemb!r}; use one of {PREFIX_POSEMB}.")
     set_("mlp_activation", check_mlp_activation(c.mlp_activation))
@@ -493,6 +518,7 @@ def _parameter_count(c):
     count += 2 * d * c.pre_norm
     width = 2 * m if c.mlp_activation == "swiglu" else m
     block = 2 * 2 * d + 4 * dense(d, d) + dense(d, width) + dense(m, d) + 2 * d * (c.layer_scale is not None)
+    block += 2 * m * c.mlp_norm
     if c.relative_position_bias:
         gh, gw = c.grid
         block += ((2 * gh - 1) * (2 * gw - 1) + 3) * c.num_heads

@@ -18,6 +18,8 @@ from keras_vit._common import Shape, Tensor, check_layer_keywords
 from keras_vit._common import register as _register
 from keras_vit._common import to_pair as _pair
 from keras_vit.attention import chunked_attention, static_length, use_chunked
+from keras_vit.rope import LAYOUTS as _ROPE_LAYOUTS
+from keras_vit.rope import apply_rope
 
 if keras.backend.backend() == "tensorflow":
     import tensorflow as _TF
@@ -329,23 +331,15 @@ class PatchEncoder(keras.layers.Layer):
     def add_tokens(self, x: Tensor, grid: Sequence[int | Tensor]) -> Tensor:
         """Projected patches (B, gh * gw, D) -> tokens (B, prefix + gh * gw, D): the prefix tokens
         (class, distillation, registers) joined, each token with its position embedding if it has one."""
-        if not self.position_embeddings:
-            prefix = [self.cls] if self.class_token else []
-            if self.distillation_token or self.register_tokens:
-                raise ValueError("position_embeddings=False takes a class token alone, not distillation or "
-                                 "register tokens.")
-            if not prefix:
-                return x
-            return ops.concatenate([ops.broadcast_to(ops.cast(self.cls, x.dtype), (ops.shape(x)[0], 1,
-                                                                                    self.hidden_size)), x], axis=1)
-        posemb = ops.cast(self.position_embeddings_for(grid), x.dtype)
-        embedded = self.num_posemb_prefix_tokens
-        # Each token gets its table entry, if it has one, before the tokens are joined: the same sums as
-        # timm (cat then add, or add then cat with no_embed_class) and transformers' registers (inserted
-        # after the table is added), so one layout serves all three.
-        x = x + posemb[:, embedded:]
         prefix = ([self.cls] if self.class_token else []) + ([self.dist_token] if self.distillation_token else [])
         prefix = prefix + ([self.reg_token] if self.register_tokens else [])
+        embedded = self.num_posemb_prefix_tokens if self.position_embeddings else 0
+        if self.position_embeddings:  # BEiT's and RoPE models have no table
+            posemb = ops.cast(self.position_embeddings_for(grid), x.dtype)
+            # Each token gets its table entry, if it has one, before the tokens are joined: the same sums as
+            # timm (cat then add, or add then cat with no_embed_class) and transformers' registers (inserted
+            # after the table is added), so one layout serves all three.
+            x = x + posemb[:, embedded:]
         if not prefix:
             return x
         batch = ops.shape(x)[0]
@@ -428,6 +422,12 @@ def _jax_on_gpu():
     return jax.devices()[0].platform == "gpu"
 
 
+def _check_rope_layout(layout):
+    if layout is not None and layout not in _ROPE_LAYOUTS.values():
+        raise ValueError(f"rope_layout must be None or one of {tuple(sorted(set(_ROPE_LAYOUTS.values())))}, got {layout!r}.")
+    return layout
+
+
 def _check_attention_implementation(implementation):
     if implementation not in ATTENTION_IMPLEMENTATIONS:
         raise ValueError(f"attention_implementation must be one of {ATTENTION_IMPLEMENTATIONS}, "
@@ -478,9 +478,10 @@ class Attention(keras.layers.Layer):
     """
 
     def __init__(self, num_heads: int, attention_dropout_rate: float = 0.0, attention_implementation: str = "auto",
-                 formulation: str = "fused", **kwargs: Any) -> None:
+                 formulation: str = "fused", rope_layout: str | None = None, **kwargs: Any) -> None:
         check_layer_keywords(Attention, kwargs)
         super().__init__(**kwargs)
+        self.rope_layout = _check_rope_layout(rope_layout)
         self.num_heads = int(num_heads)
         self.attention_dropout_rate = float(attention_dropout_rate)
         self.attention_implementation = _check_attention_implementation(attention_implementation)
@@ -553,13 +554,25 @@ class Attention(keras.layers.Layer):
         return ops.matmul(weights, v), probs
 
     def call(self, x: Tensor, training: bool | None = None, return_attention_scores: bool = False,
-             bias: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
+             bias: Tensor | None = None, rope: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
         """x (B, T, D), already normalized -> (B, T, D) [, probs (B, heads, T, T)]; `bias` (heads, T, T)
-        is added to the attention logits (a relative position bias)."""
-        y, probs = self._attend(x, training, return_attention_scores, bias)
+        is added to the attention logits (a relative position bias); `rope` (2, T, head_dim), a
+        `keras_vit.rope.rope_table`, rotates the queries and keys (the layer's `rope_layout` pairs the channels)."""
+        if rope is not None and self.rope_layout is None:
+            raise ValueError(f"{self.name}: a RoPE table was given to an Attention built with rope_layout=None; "
+                             f"build it with rope_layout in {tuple(sorted(set(_ROPE_LAYOUTS.values())))}.")
+        if rope is None and self.rope_layout is not None:
+            raise ValueError(f"{self.name} rotates its queries and keys (rope_layout={self.rope_layout!r}) and needs "
+                             "their RoPE table: call it with rope=keras_vit.rope.rope_table(grid, ...) (a "
+                             "VisionTransformer's model.rope_table(images)).")
+        y, probs = self._attend(x, training, return_attention_scores, bias, rope)
         return (y, probs) if return_attention_scores else y
 
-    def _attend(self, x, training, return_probs, bias=None):
+    def _rotate(self, q, k, rope):
+        """q, k (B, T, heads, head_dim) rotated by the RoPE table, as the sources do after the projection."""
+        return apply_rope(q, rope, self.rope_layout), apply_rope(k, rope, self.rope_layout)
+
+    def _attend(self, x, training, return_probs, bias=None, rope=None):
         b, t = ops.shape(x)[0], ops.shape(x)[1]
         d, h, hd = self.hidden_size, self.num_heads, self.head_dim
         scale = 1.0 / math.sqrt(hd)
@@ -573,7 +586,16 @@ class Attention(keras.layers.Layer):
             bias = ops.concatenate([self.query.bias * scale, self.key.bias, self.value.bias], axis=0)
             qkv = ops.reshape(matmul_bias(ops.reshape(x, (-1, d)), kernel, bias, dtype), (b, t, 3, h, hd))
             # unstack, not indexing: the gradient of an index is a zero-padded full-size tensor
-            if dpa:  # (B, T, heads, head_dim) as it comes
+            if rope is not None:  # rotated as (B, T, heads, head_dim), then as the implementation takes them
+                q, k, v = ops.unstack(qkv, 3, axis=2)
+                q, k = self._rotate(q, k, rope)
+                if dpa:
+                    y = ops.dot_product_attention(q, k, v, scale=1.0)
+                else:
+                    q, k, v = (ops.transpose(z, (0, 2, 1, 3)) for z in (q, k, v))
+                    y, probs = self._core(q, k, v, impl, training, logit_bias)
+                    y = ops.transpose(y, (0, 2, 1, 3))
+            elif dpa:  # (B, T, heads, head_dim) as it comes
                 q, k, v = ops.unstack(qkv, 3, axis=2)
                 y = ops.dot_product_attention(q, k, v, scale=1.0)
             else:  # one transpose to (3, B, heads, T, head_dim)
@@ -585,6 +607,8 @@ class Attention(keras.layers.Layer):
         q = ops.reshape(self.query(x) * ops.cast(scale, x.dtype), (b, t, h, hd))
         k = ops.reshape(self.key(x), (b, t, h, hd))
         v = ops.reshape(self.value(x), (b, t, h, hd))
+        if rope is not None:
+            q, k = self._rotate(q, k, rope)
         if dpa:
             y = ops.dot_product_attention(q, k, v, scale=1.0)
         else:
@@ -600,6 +624,7 @@ class Attention(keras.layers.Layer):
             "attention_dropout_rate": self.attention_dropout_rate,
             "attention_implementation": self.attention_implementation,
             "formulation": self.formulation,
+            "rope_layout": self.rope_layout,
         }
 
 
@@ -652,6 +677,8 @@ class TransformerBlock(keras.layers.Layer):
         mlp_activation: str | None = None,
         relative_position_grid: tuple[int, int] | None = None,
         remat: bool = False,
+        rope_layout: str | None = None,
+        mlp_norm: bool = False,
         **kwargs: Any,
     ) -> None:
         check_layer_keywords(TransformerBlock, kwargs)
@@ -685,11 +712,14 @@ class TransformerBlock(keras.layers.Layer):
         # Private on purpose: Keras saves a layer's public attributes first, so the projections
         # keep their saved paths (encoderblock_i/query, ...) of files written before this layer.
         self._attention = Attention(self.num_heads, self.attention_dropout_rate, attention_implementation,
-                                    formulation, name="attention", dtype=policy)
+                                    formulation, rope_layout=rope_layout, name="attention", dtype=policy)
         # SwiGLU's first Dense is twice as wide: its two halves are the gate and the value
         width = 2 * self.mlp_dim if self.mlp_activation == "swiglu" else self.mlp_dim
         self.mlp_dense1 = keras.layers.Dense(width, name="mlp_dense1", **mlp_dense)
         self.mlp_dense2: keras.layers.Dense | None = None  # its width is the input's, known in build
+        # EVA02's sub-LN: the MLP's hidden units normalized before its second layer
+        self.mlp_norm = (keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name="mlp_norm", dtype=policy)
+                         if mlp_norm else None)
         self._mlp_dense = mlp_dense
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=policy)
         self.drop_path = DropPath(self.drop_path_rate, dtype=policy)
@@ -732,6 +762,8 @@ class TransformerBlock(keras.layers.Layer):
         for layer in (self.norm1, self.norm2, self.query, self.key, self.value, self.out, self.mlp_dense1):
             layer.build(input_shape)
         self.mlp_dense2.build(input_shape[:-1] + (self.mlp_dim,))
+        if self.mlp_norm is not None:
+            self.mlp_norm.build(input_shape[:-1] + (self.mlp_dim,))
         self._attention.use_projections(self.query, self.key, self.value, self.out)
         self._attention.build(input_shape)
         if self.relative_position_grid is not None:
@@ -760,7 +792,8 @@ class TransformerBlock(keras.layers.Layer):
     def _mlp(self, x, training, keep=None):
         """The MLP; `keep` (B, T, mlp_dim), when given, is its dropout mask, drawn by the caller."""
         def drop(y, keep):
-            return self.dropout(y, training=training) if keep is None else y * keep
+            y = self.dropout(y, training=training) if keep is None else y * keep
+            return y if self.mlp_norm is None else self.mlp_norm(y)
         if self._fusable():
             b, t = ops.shape(x)[0], ops.shape(x)[1]
             dtype = self.compute_dtype
@@ -771,12 +804,17 @@ class TransformerBlock(keras.layers.Layer):
             return ops.reshape(y, (b, t, self.hidden_size))
         return self.mlp_dense2(drop(self._gelu(self.mlp_dense1(x)), keep))
 
-    def _remat_branches(self, inputs, training, bias):
+    @property
+    def rope_layout(self) -> str | None:
+        """How the block's attention pairs channels for RoPE ("half", "interleaved"), or None (no RoPE)."""
+        return self._attention.rope_layout
+
+    def _remat_branches(self, inputs, training, bias, rope):
         """The two residual branches, recomputed in the backward pass instead of stored (`remat`): what is
         kept per block is its input and the branch outputs. The random parts (dropout masks, drop path)
         are drawn outside the recomputed functions, so the recomputation sees the same ones."""
         def attention_branch(x):
-            return self._attention(self.norm1(x), training=training, bias=bias)
+            return self._attention(self.norm1(x), training=training, bias=bias, rope=rope)
 
         def mlp_branch(x, *keep):
             return self._mlp(self.norm2(x), training, *keep)
@@ -801,13 +839,17 @@ class TransformerBlock(keras.layers.Layer):
         bias = ops.take(self.relative_position_bias_table, self.relative_position_index.reshape(-1), axis=0)
         return ops.transpose(ops.reshape(bias, (expected, expected, self.num_heads)), (2, 0, 1))
 
-    def call(self, inputs: Tensor, training: bool | None = None,
-             return_attention_scores: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+    def call(self, inputs: Tensor, training: bool | None = None, return_attention_scores: bool = False,
+             rope: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
+        """inputs (B, T, D) -> (B, T, D) [, probs]; `rope`: the RoPE table (2, T, head_dim) of a block built
+        with `rope_layout` (`keras_vit.rope.rope_table`)."""
         bias = self._relative_bias(inputs)
         if self.remat and training and not return_attention_scores:
-            return self._remat_branches(inputs, training, bias)
-        y, probs = (self._attention(self.norm1(inputs), training=training, return_attention_scores=True, bias=bias)
-            if return_attention_scores else (self._attention(self.norm1(inputs), training=training, bias=bias), None))
+            return self._remat_branches(inputs, training, bias, rope)
+        y, probs = (self._attention(self.norm1(inputs), training=training, return_attention_scores=True, bias=bias,
+                                    rope=rope)
+            if return_attention_scores else (self._attention(self.norm1(inputs), training=training, bias=bias,
+                                                             rope=rope), None))
         x = inputs + self.drop_path(self.dropout(self._scale(y, 1), training=training), training=training)
         y = self._mlp(self.norm2(x), training)
         x = x + self.drop_path(self.dropout(self._scale(y, 2), training=training), training=training)
@@ -831,6 +873,8 @@ class TransformerBlock(keras.layers.Layer):
             "mlp_activation": self.mlp_activation,
             "relative_position_grid": self.relative_position_grid,
             "remat": self.remat,
+            "rope_layout": self.rope_layout,
+            "mlp_norm": self.mlp_norm is not None,
         }
 
 

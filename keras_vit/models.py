@@ -21,6 +21,8 @@ from keras_vit._common import register as _register
 from keras_vit.config import SIZE_ARGS, ViTConfig, field_names  # noqa: F401 (SIZE_ARGS: re-exported)
 from keras_vit.layers import AttentionPool, ImageSizeCheck, PatchEncoder, TransformerBlock
 from keras_vit.presets import PRESETS, VARIANTS, canonical_variant  # noqa: F401 (VARIANTS, canonical_variant: public here)
+from keras_vit.rope import LAYOUTS as ROPE_LAYOUTS
+from keras_vit.rope import RotaryEmbedding
 from keras_vit.stem import resnet_stem
 
 # What VisionTransformer passes on to keras.Model: the Functional model reads `trainable` (saved
@@ -47,6 +49,10 @@ class _Stages:
         if getattr(owner, "distillation", False) and start == "pre_logits" and end == "logits":
             raise ValueError(f"{owner.name!r} is distilled: its logits average two heads on two tokens, not one "
                              "head on 'pre_logits' (their mean); start from 'features'.")
+        if getattr(owner, "rope", None) is not None and start == "embedded" and end != "embedded":
+            raise ValueError(f"{owner.name!r} rotates its queries and keys by the patch grid (rope={owner.rope!r}), "
+                             "which its tokens alone do not tell: start from 'images', or run the blocks with "
+                             "model.forward_blocks(tokens, rope=model.rope_table(images)).")
         if (start, end) not in self.models:
             self.models[start, end] = keras.Model(
                 self.tensors[start], self.tensors[end], name=f"{owner.name}_{start}_to_{end}")
@@ -234,17 +240,29 @@ class VisionTransformer(keras.Model):
         the pooled representation the head reads."""
         return self.stage_model("features", "pre_logits" if pre_logits else "logits")(features, training=training)
 
-    def forward_blocks(self, tokens: Tensor, return_attention: bool = False,
-                       training: bool = False) -> Iterator[tuple[Tensor, Tensor | None]]:
+    def rope_table(self, images: Tensor) -> Tensor | None:
+        """The RoPE table (2, T, head_dim) the blocks rotate `images`' queries and keys by (None without
+        `rope`): what `forward_blocks` takes beside the tokens."""
+        if self._config.rope is None:
+            return None
+        return self.get_layer("rope")(images)
+
+    def forward_blocks(self, tokens: Tensor, return_attention: bool = False, training: bool = False,
+                       rope: Tensor | None = None) -> Iterator[tuple[Tensor, Tensor | None]]:
         """Yields each block's output (and, with `return_attention`, its attention
         probabilities (B, heads, T, T), float32) for tokens at "embedded", block by block,
-        so a consumer may hold one layer at a time."""
+        so a consumer may hold one layer at a time. A model with `rope` needs `rope`, its
+        `rope_table(images)`."""
+        if self._config.rope is not None and rope is None:
+            raise ValueError(f"{self.name!r} rotates queries and keys by the patch grid (rope={self._config.rope!r}): "
+                             "pass rope=model.rope_table(images) to forward_blocks.")
+        extra = {} if rope is None else {"rope": rope}
         for block in self.blocks:
             if return_attention:
-                tokens, probs = block(tokens, training=training, return_attention_scores=True)
+                tokens, probs = block(tokens, training=training, return_attention_scores=True, **extra)
                 yield tokens, probs
             else:
-                tokens = block(tokens, training=training)
+                tokens = block(tokens, training=training, **extra)
                 yield tokens, None
 
     def forward_intermediates(self, images: Tensor, return_attention: bool = False,
@@ -265,13 +283,14 @@ class VisionTransformer(keras.Model):
         """
         out = {"embedded": self.stage_model("images", "embedded")(images, training=training)}
         x, out["blocks"], attention = out["embedded"], [], []
-        for tokens, probs in self.forward_blocks(x, return_attention, training):
+        for tokens, probs in self.forward_blocks(x, return_attention, training, rope=self.rope_table(images)):
             out["blocks"].append(tokens)
             attention.append(probs)
             x = tokens
         if return_attention:
             out["attention"] = attention
-        out["features"] = self.stage_model("encoded", "features")(x, training=training)
+        # with fc_norm the final norm follows the pooling: the encoded tokens are the features
+        out["features"] = x if self._config.fc_norm else self.stage_model("encoded", "features")(x, training=training)
         out["patch_features"] = self.patch_map(out["features"], images)
         out["pre_logits"] = self.stage_model("features", "pre_logits")(out["features"], training=training)
         if self.include_top:  # a distilled model's heads read two tokens, not the pooled mean
@@ -349,6 +368,10 @@ def _encoder(x, c, stages):
     """Images -> [stem] -> patch encoder -> blocks -> [final LayerNorm]; the tokens (B, T, D)."""
     if c.dynamic_image_size:
         x = ImageSizeCheck(c.effective_patch, name="image_size_check")(x)
+    extra = {}
+    if c.rope is not None:  # one table per grid, shared by the blocks
+        extra["rope"] = RotaryEmbedding(c.hidden_size // c.num_heads, c.effective_patch, c.rope, c.rope_temperature,
+                                        c.rope_grid, c.num_prefix_tokens, name="rope")(x)
     if c.resnet is not None:
         x = resnet_stem(x, **c.resnet)
     x = PatchEncoder(c.hidden_size, c.patch_size, class_token=c.classifier == "token", posemb_grid=c.grid,
@@ -374,8 +397,10 @@ def _encoder(x, c, stages):
             mlp_activation=c.mlp_activation,
             relative_position_grid=c.grid if c.relative_position_bias else None,
             remat=c.remat,
+            rope_layout=ROPE_LAYOUTS[c.rope] if c.rope is not None else None,
+            mlp_norm=c.mlp_norm,
             name=f"encoderblock_{i}",
-        )(x)
+        )(x, **extra)
     stages["encoded"] = x
     if not c.fc_norm:
         x = keras.layers.LayerNormalization(epsilon=c.layer_norm_epsilon, name="encoder_norm")(x)

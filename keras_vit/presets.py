@@ -167,7 +167,7 @@ def did_you_mean(name):
 
     Example:
     >>> did_you_mean("vit_small_patch14_dinov3")
-    " Did you mean 'vit_small_patch14_dinov2' or 'vit_small_patch14_reg4_dinov2'?"
+    " Did you mean 'vit_small_patch16_dinov3' or 'vit_small_patch14_dinov2'?"
     >>> did_you_mean("b/61"), did_you_mean("deit_base_distiled_patch16_224")
     ('', " Did you mean 'deit_base_distilled_patch16_224' or 'deit_base_distilled_patch16_384'?")
     """
@@ -234,6 +234,7 @@ def missing_checkpoint(path):
 TIMM_SIZES = {
     "tiny": (192, 12, 3), "small": (384, 12, 6), "base": (768, 12, 12), "large": (1024, 24, 16),
     "huge": (1280, 32, 16), "giant": (1536, 40, 24), "so400m": (1152, 27, 16),
+    "small_plus": (384, 12, 6), "huge_plus": (1280, 32, 20),  # DINOv3's (SwiGLU MLPs)
 }
 # timm architectures keras-vit reads, and their family. What each family implies beyond a plain ViT is
 # `timm_model_args`'s (as timm's entrypoints set it: config.json's model_args do not say it, they override it).
@@ -247,10 +248,16 @@ TIMM_FAMILIES = (
     (re.compile(r"^vit_(?P<size>base|large|so400m)_patch(?P<patch>\d+)_siglip_(?P<gap>gap_)?(?P<img>\d+)$"),
      "siglip"),
     (re.compile(r"^beit_(?P<size>base|large)_patch(?P<patch>16)_(?P<img>\d+)$"), "beit"),
+    # timm/models/eva.py: rotary position embeddings
+    (re.compile(r"^vit_(?P<size>tiny|small|small_plus|base|large|huge_plus)_patch(?P<patch>16)_dinov3(?P<qkvb>_qkvb)?$"),
+     "dinov3"),
+    (re.compile(r"^eva02_(?P<size>tiny|small|base|large)_patch(?P<patch>14)_(?P<img>\d+)$"), "eva02"),
 )
 TIMM_ARCHITECTURES = ("vit_{tiny,...,huge}_patch{P}_{SIZE}", "deit_{tiny,small,base}[_distilled]_patch16_{SIZE}",
                       "vit_{small,base,large,giant}_patch14[_reg{N}]_dinov2", "vit_*_clip[_quickgelu]_{SIZE}",
-                      "vit_*_siglip[_gap]_{SIZE}", "beit_{base,large}_patch16_{SIZE}")
+                      "vit_*_siglip[_gap]_{SIZE}", "beit_{base,large}_patch16_{SIZE}",
+                      "vit_{small,small_plus,base,large,huge_plus}_patch16_dinov3[_qkvb]",
+                      "eva02_{tiny,small,base,large}_patch14_{SIZE}")
 
 # The families' published sizes, by timm architecture name: `create_model(name)` builds each (any name
 # TIMM_FAMILIES matches builds; these are the ones timm publishes weights for, their parameter counts
@@ -272,6 +279,11 @@ TIMM_PRESETS = {
     "SigLIP": ("vit_base_patch16_siglip_224", "vit_base_patch16_siglip_384", "vit_base_patch16_siglip_gap_224",
                "vit_large_patch16_siglip_256", "vit_large_patch16_siglip_384", "vit_so400m_patch14_siglip_224"),
     "BEiT": ("beit_base_patch16_224", "beit_base_patch16_384", "beit_large_patch16_224"),
+    "DINOv3": ("vit_small_patch16_dinov3", "vit_small_plus_patch16_dinov3", "vit_base_patch16_dinov3",
+               "vit_large_patch16_dinov3", "vit_huge_plus_patch16_dinov3", "vit_small_patch16_dinov3_qkvb",
+               "vit_base_patch16_dinov3_qkvb", "vit_large_patch16_dinov3_qkvb"),
+    "EVA02": ("eva02_tiny_patch14_224", "eva02_small_patch14_224", "eva02_base_patch14_224", "eva02_large_patch14_224",
+              "eva02_tiny_patch14_336", "eva02_small_patch14_336", "eva02_base_patch14_448", "eva02_large_patch14_448"),
 }
 
 
@@ -324,6 +336,17 @@ def timm_model_args(name, match):
             implied["mlp_ratio"] = 3.7362
     elif name == "beit":
         implied.update(use_abs_pos_emb=False, use_rel_pos_bias=True, init_values=0.1, global_pool="avg")
+    elif name == "dinov3":  # timm's Eva entrypoints (their own argument names)
+        implied.update(img_size=256, dynamic_img_size=True, qkv_bias=bool(match["qkvb"]), init_values=1e-5,
+                       rope_type="dinov3", rope_temperature=100, rope_rotate_half=True, use_rot_pos_emb=True,
+                       use_abs_pos_emb=False, num_reg_tokens=4, use_fc_norm=False, norm_eps=1e-5, global_pool="avg")
+        if match["size"].endswith("_plus"):  # S+ and H+: SwiGLU, its widths aligned to 8
+            implied.update(swiglu_mlp=True, swiglu_align_to=8)
+    elif name == "eva02":
+        implied.update(mlp_ratio=4 * 2 / 3, swiglu_mlp=True, use_rot_pos_emb=True, ref_feat_shape=(16, 16),
+                       global_pool="avg")
+        if match["size"] in ("base", "large"):  # their MLP has a sub-LN and q, k, v apart
+            implied.update(scale_mlp=True, qkv_fused=False)
     return implied
 
 

@@ -154,6 +154,7 @@ class _Checkpoint:
                              "with its head; load_pretrained fills a VisionTransformer.")
         tensors = open_safetensors(files)  # the headers, checked against the file; no array read yet
         if fmt == "timm":
+            tensors = timm.checkpoint_filter(tensors)
             self.args, self.qkv_bias = timm.args_from_config(config, tensors, where)
         else:
             tensors = transformers.strip_prefix(tensors)

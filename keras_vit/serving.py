@@ -162,8 +162,9 @@ class ServingGraph:
 
         outputs = {}
         if self.attention:
+            rope = self.model.rope_table(x) if getattr(self.model, "rope", None) is not None else None
             x = self._stem(x)
-            for i, (tokens, probs) in enumerate(self.model.forward_blocks(x, return_attention=True)):
+            for i, (tokens, probs) in enumerate(self.model.forward_blocks(x, return_attention=True, rope=rope)):
                 outputs[f"attention_{i}"] = tf.cast(probs, tf.float32)
                 x = tokens
             y = self._tail(x)

@@ -51,7 +51,7 @@ def test_the_derived_sizes(fields, grid, effective, stride, prefix):
     (dict(mlp_activation="relu"), "Unknown mlp_activation 'relu'"),
     (dict(crop_pct=1.5), r"crop_pct must be in \(0, 1\], got 1.5"),
     (dict(distillation=True, classifier="gap"), r"distillation=True .* does not go with classifier='gap'"),
-    (dict(relative_position_bias=True, dynamic_image_size=True), r"do not go with dynamic_image_size=True"),
+    (dict(relative_position_bias=True, dynamic_image_size=True), r"does not go with dynamic_image_size=True"),
     (dict(channels=0), r"channels must be a positive int \(3 for RGB\), got 0"),
     (dict(variant="Ti/16"), r"variant='Ti/16' does not describe this model: patch_size=\(8, 8\)"),
 ])

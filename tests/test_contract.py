@@ -193,7 +193,7 @@ def test_another_size_works_as_docs_resolution_promises(model):
         with pytest.raises(ValueError, match=r"relative_position_bias_table: target \(\d+, \d+\), source .*"
                                              r"resized .* when the checkpoint loads: keras_vit.from_pretrained"):
             keras_vit.with_image_size(model, other)  # the model's own method by default
-        with pytest.raises(ValueError, match="relative_position_bias .* do not go with dynamic_image_size=True"):
+        with pytest.raises(ValueError, match="relative_position_bias .* does not go with dynamic_image_size=True"):
             keras_vit.VisionTransformer.from_config({**config, "dynamic_image_size": True})
         return
     moved = keras_vit.with_image_size(model, other)  # the model's own method by default

@@ -111,7 +111,7 @@ def test_no_import_cycles_in_the_package():
 FLOORS = {
     "keras_vit._common": 0, "keras_vit._files": 0, "keras_vit._optional": 0, "keras_vit.presets": 0,
     "keras_vit.interpolation": 0, "keras_vit._recipes": 0, "keras_vit._losses": 0, "keras_vit.attention": 0,
-    "keras_vit.augment": 0, "keras_vit.images": 0,
+    "keras_vit.augment": 0, "keras_vit.images": 0, "keras_vit.rope": 0,
     "keras_vit.layers": 1, "keras_vit.stem": 1, "keras_vit.config": 1,
     "keras_vit.models": 2,
     "keras_vit.posemb": 3, "keras_vit.checkpoints": 3, "keras_vit.pretrained": 3, "keras_vit.distill": 3,

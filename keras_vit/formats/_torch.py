@@ -26,8 +26,8 @@ PICKLE_SUFFIXES = (".bin", ".pth", ".pt", ".ckpt", ".pkl", ".pickle")
 MISSING_FEATURES = {
     "beit-shared": "shared relative position bias (one table for every block)",
     "data2vec-vision": "relative position bias shared across blocks (read as BEiT's is not checked)",
-    "eva": "rotary position embeddings (RoPE) and SwiGLU with its own norm",
-    "eva02": "rotary position embeddings (RoPE) and SwiGLU with its own norm",
+    "eva": "EVA-01 layout (eva_giant_*; EVA02 and DINOv3, timm's other Eva models, read)",
+    "eva02": "EVA02 CLIP towers' layout (eva02_*_clip_*; eva02_{tiny,small}_patch14_{SIZE} read)",
     "deit3": "no_embed_class LayerScale variant (not read yet)",
 }
 # Buffers some older files hold that are derived, not learned: an arange of positions (transformers 4.x
@@ -273,7 +273,7 @@ def unsavable(model) -> list[str]:
 STRUCTURE = ("image_size", "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "include_top",
              "classes", "classifier", "representation_size", "pooling", "fc_norm", "layer_norm_epsilon",
              "distillation", "layer_scale", "register_tokens", "prefix_posemb", "pre_norm", "patch_bias",
-             "relative_position_bias", "absolute_position_embeddings")
+             "relative_position_bias", "absolute_position_embeddings", "rope", "rope_temperature", "rope_grid", "mlp_norm")
 
 
 def activation(args):
@@ -296,6 +296,12 @@ def _normal(model, name, value):
         return "on"  # the gains are weights; the initial value is not part of the computation
     if name == "layer_norm_epsilon":
         return float(f"{value:.6g}")
+    if name == "rope_temperature" and model.rope is not None:  # None is the kind's default
+        from keras_vit.rope import DEFAULT_TEMPERATURE
+
+        return float(DEFAULT_TEMPERATURE[model.rope] if value is None else value)
+    if name == "rope_grid" and value is not None:
+        return tuple(value)
     return value
 
 
@@ -326,7 +332,8 @@ def round_trip_problems(model, args, fmt, same=()):
 _DEFAULTS = {"representation_size": None, "pooling": None, "fc_norm": False, "approximate_gelu": True,
              "mlp_activation": None, "distillation": False, "layer_scale": None, "register_tokens": 0,
              "prefix_posemb": "all", "pre_norm": False, "patch_bias": True, "relative_position_bias": False,
-             "absolute_position_embeddings": True, "classifier": "token"}
+             "absolute_position_embeddings": True, "classifier": "token", "rope": None, "rope_temperature": None,
+             "rope_grid": None, "mlp_norm": False}
 
 
 def write_folder(folder: Any, tensors: dict[str, np.ndarray], files: dict[str, dict[str, Any]], *,

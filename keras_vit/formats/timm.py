@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 import re
 
+import numpy as np
+
 from keras_vit._common import shown
 from keras_vit.formats._headers import Scheme
 from keras_vit.formats._torch import (
@@ -40,7 +42,11 @@ _INERT_ARGS = {"drop_rate", "pos_drop_rate", "patch_drop_rate", "proj_drop_rate"
 _ARGS = {"img_size", "patch_size", "embed_dim", "depth", "num_heads", "mlp_ratio", "class_token",
          "global_pool", "fc_norm", "qkv_bias", "num_classes", "reg_tokens", "no_embed_class", "pre_norm",
          "init_values", "act_layer", "mlp_layer", "dynamic_img_size", "use_abs_pos_emb", "use_rel_pos_bias",
-         "use_shared_rel_pos_bias"}
+         "use_shared_rel_pos_bias",
+         # timm's Eva (DINOv3, EVA02): its own names, translated by `_eva_args`
+         "num_reg_tokens", "use_fc_norm", "use_rot_pos_emb", "rope_type", "rope_temperature", "rope_rotate_half",
+         "rope_grid_offset", "rope_grid_indexing", "ref_feat_shape", "swiglu_mlp", "scale_mlp", "qkv_fused",
+         "use_post_transformer_norm", "use_pre_transformer_norm", "scale_attn_inner", "swiglu_align_to"}
 # Options whose values other than these (timm's defaults) name a feature keras-vit does not have.
 _UNSUPPORTED = {"qk_norm": (False, "query/key normalization"), "final_norm": (True, "no final norm")}
 _ACTIVATIONS = {None: "gelu", "gelu": "gelu", "gelu_tanh": "gelu_tanh", "quick_gelu": "quick_gelu"}
@@ -49,7 +55,16 @@ _ACTIVATIONS = {None: "gelu", "gelu": "gelu", "gelu_tanh": "gelu_tanh", "quick_g
 OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 _FAMILY_STATS = {"deit_distilled": (IMAGENET_MEAN, IMAGENET_STD), "dinov2": (IMAGENET_MEAN, IMAGENET_STD),
-                 "clip": (OPENAI_CLIP_MEAN, OPENAI_CLIP_STD)}
+                 "clip": (OPENAI_CLIP_MEAN, OPENAI_CLIP_STD), "dinov3": (IMAGENET_MEAN, IMAGENET_STD),
+                 "eva02": (OPENAI_CLIP_MEAN, OPENAI_CLIP_STD)}
+# timm's Eva class (the families with rotary position embeddings): its option values keras-vit builds
+# (others are refused, naming the feature), and the RoPE kind each rope_type is.
+EVA_FAMILIES = ("dinov3", "eva02")
+_EVA_SUPPORTED = {"scale_attn_inner": (False, "a LayerNorm inside the attention (scale_attn_inner)"),
+                  "use_pre_transformer_norm": (False, "a norm before the blocks (use_pre_transformer_norm)"),
+                  "rope_grid_offset": (0, "an offset RoPE grid (rope_grid_offset)"),
+                  "rope_grid_indexing": ("ij", "'xy' RoPE grid indexing")}
+_ROPE_TYPES = {("dinov3", True): "dinov3", ("cat", False): "axial"}
 # timm's own resampling of position embeddings at another size (keras_vit.interpolation's names).
 TIMM_RESAMPLE = "torch_bicubic_antialias"
 
@@ -112,6 +127,10 @@ def args_from_config(config, tensors, where):
             raise ValueError(f"{where}: pretrained_cfg input_size={shown(size)} must be [channels, height, width].")
         o["img_size"] = size[1:]
     o.update(margs)
+    eva = _eva_args(o, name, where) if name in EVA_FAMILIES else {}
+    if name not in EVA_FAMILIES and set(o) & _EVA_ONLY:
+        raise ValueError(f"{where}: model_args {sorted(set(o) & _EVA_ONLY)} are timm Eva's (DINOv3, EVA02), not "
+                         f"{arch!r}'s.")
     if flag(o.get("use_shared_rel_pos_bias"), "use_shared_rel_pos_bias", where):
         raise ValueError(f"{where}: use_shared_rel_pos_bias=True: keras-vit lacks the "
                          f"{MISSING_FEATURES['beit-shared']}.")
@@ -179,11 +198,67 @@ def args_from_config(config, tensors, where):
         absolute_position_embeddings=flag(o.get("use_abs_pos_emb", True), "use_abs_pos_emb", where),
         **_view(pcfg, where),
     )
+    args.update(eva)
     label_names = config.get("label_names", pcfg.get("label_names"))
     descriptions = config.get("label_descriptions", pcfg.get("label_descriptions"))
     if num_classes:
         args["class_names"] = class_names(label_names, num_classes, descriptions)
     return args, flag(o.get("qkv_bias", True), "qkv_bias", where)
+
+
+_EVA_ONLY = {"num_reg_tokens", "use_fc_norm", "use_rot_pos_emb", "rope_type", "rope_temperature", "rope_rotate_half",
+             "rope_grid_offset", "rope_grid_indexing", "ref_feat_shape", "swiglu_mlp", "scale_mlp", "qkv_fused",
+             "use_post_transformer_norm", "use_pre_transformer_norm", "scale_attn_inner", "swiglu_align_to"}
+
+
+def _eva_args(o, name, where):
+    """timm Eva's model_args `o` rewritten in place into VisionTransformer's timm names (reg_tokens, fc_norm,
+    mlp_layer, ...), the unsupported options refused by name; returns the RoPE fields."""
+    for key, (default, feature) in _EVA_SUPPORTED.items():
+        if o.get(key, default) not in (default, None):
+            raise ValueError(f"{where}: timm model_args {key}={shown(o[key])}: keras-vit lacks {feature} (it reads "
+                             f"{key}={shown(default)}).")
+    flag(o.pop("qkv_fused", True), "qkv_fused", where)  # either layout reads (checkpoint_filter packs q, k, v)
+    mlp_norm = flag(o.pop("scale_mlp", False), "scale_mlp", where)
+    align = integer(o.pop("swiglu_align_to", 0) or 0, "swiglu_align_to", where)
+    if "num_reg_tokens" in o:
+        o["reg_tokens"] = o.pop("num_reg_tokens")
+    global_pool = o.get("global_pool", "avg")  # Eva's default pooling
+    o["global_pool"] = global_pool
+    fc_norm = o.pop("use_fc_norm", None)
+    o["fc_norm"] = global_pool == "avg" if fc_norm is None else fc_norm
+    post = o.pop("use_post_transformer_norm", None)
+    if post is not None and bool(post) == bool(o["fc_norm"]):
+        raise ValueError(f"{where}: timm model_args use_post_transformer_norm={shown(post)} with fc_norm="
+                         f"{shown(o['fc_norm'])}: keras-vit has one final norm, before pooling or after it.")
+    extra = {"mlp_norm": mlp_norm}
+    if flag(o.pop("swiglu_mlp", False), "swiglu_mlp", where):
+        # Eva's SwiGLU: gate and value int(dim * mlp_ratio) wide each (packed GluMlp, or SwiGLU's fc1_g and
+        # fc1_x with a sub-LN or an alignment), rounded up to a multiple of swiglu_align_to
+        o.update(mlp_layer="swiglu", act_layer="silu")
+        hidden = int(integer(o["embed_dim"], "embed_dim", where) * number(o.get("mlp_ratio", 4.0), "mlp_ratio", where))
+        extra["mlp_dim"] = hidden + (-hidden % align if align else 0)
+    o.setdefault("no_embed_class", False)
+    ref = o.pop("ref_feat_shape", None)
+    kind = None
+    if flag(o.pop("use_rot_pos_emb", False), "use_rot_pos_emb", where):
+        rope_type = o.pop("rope_type", "cat")
+        half = flag(o.pop("rope_rotate_half", False), "rope_rotate_half", where)
+        kind = _ROPE_TYPES.get((rope_type, half))
+        if kind is None:
+            raise ValueError(f"{where}: timm rope_type={shown(rope_type)} with rope_rotate_half={half}: keras-vit "
+                             "reads 'dinov3' (rotate half) and 'cat' (interleaved, EVA02's).")
+    temperature = o.pop("rope_temperature", None)
+    for key in ("rope_type", "rope_rotate_half"):
+        o.pop(key, None)
+    if kind is None:
+        return extra
+    if ref is not None:
+        ref = tuple(integer(v, "ref_feat_shape", where) for v in (ref if isinstance(ref, (list, tuple)) else (ref, ref)))
+        if kind != "axial":
+            ref = None  # timm's DINOv3 RoPE ignores it
+    temperature = None if temperature is None else number(temperature, "rope_temperature", where)
+    return {**extra, "rope": kind, "rope_temperature": temperature, "rope_grid": ref}
 
 
 def _view(pcfg, where):
@@ -198,10 +273,53 @@ def _view(pcfg, where):
     return view
 
 
+# -- timm's other layouts, packed into the one the table names ---------------------------------
+
+class _Joined:
+    """Arrays joined along their first axis, read when asked for (the loader's plan needs the shape alone)."""
+
+    def __init__(self, *parts):
+        self.parts = parts
+        self.shape = (sum(int(p.shape[0]) for p in parts),) + tuple(parts[0].shape[1:])
+
+    def __array__(self, dtype=None, copy=None):
+        joined = np.concatenate([np.asarray(p) for p in self.parts], axis=0)
+        return joined if dtype is None else joined.astype(dtype)
+
+
+def checkpoint_filter(tensors: dict) -> dict:
+    """timm's Eva layouts (EVA02 base and large, DINOv3 S+ and H+) as the fused ones the table names, a pure
+    dict-to-dict conversion: q_proj / k_proj / v_proj -> qkv (k_proj has no bias: q_bias, v_bias), SwiGLU's
+    fc1_g / fc1_x -> one fc1 (the gate first, as the packed GluMlp). Other files pass unchanged."""
+    out = dict(tensors)
+    for key in [k for k in tensors if re.fullmatch(r"blocks\.\d+\.attn\.q_proj\.weight", k)]:
+        stem = key[:-len("q_proj.weight")]
+        parts = [out.pop(f"{stem}{p}_proj.weight") for p in "qkv"]
+        out[f"{stem}qkv.weight"] = _Joined(*parts)
+        for p in "qv":
+            if f"{stem}{p}_proj.bias" in out:
+                out[f"{stem}{p}_bias"] = out.pop(f"{stem}{p}_proj.bias")
+    for key in [k for k in tensors if re.fullmatch(r"blocks\.\d+\.mlp\.fc1_g\.(weight|bias)", k)]:
+        out[key.replace("fc1_g", "fc1")] = _Joined(out.pop(key), out.pop(key.replace("fc1_g", "fc1_x")))
+    return out
+
+
+def split_swiglu(tensors: dict) -> dict:
+    """The inverse for writing a SwiGLU with a sub-LN (timm's SwiGLU class): fc1 -> fc1_g, fc1_x."""
+    out = {}
+    for key, value in tensors.items():
+        if re.fullmatch(r"blocks\.\d+\.mlp\.fc1\.(weight|bias)", key):
+            gate, x = np.split(value, 2, axis=0)
+            out[key.replace("fc1", "fc1_g")], out[key.replace("fc1", "fc1_x")] = gate, x
+        else:
+            out[key] = value
+    return out
+
+
 # -- the name table ----------------------------------------------------------------------------
 
 _BLOCK = {"out": "attn.proj", "norm1": "norm1", "norm2": "norm2", "mlp_dense1": "mlp.fc1",
-          "mlp_dense2": "mlp.fc2", "layer_scale1": "ls1.gamma", "layer_scale2": "ls2.gamma"}
+          "mlp_dense2": "mlp.fc2", "mlp_norm": "mlp.norm", "layer_scale1": "ls1.gamma", "layer_scale2": "ls2.gamma"}
 # timm's Beit: qkv without bias, q_bias and v_bias apart, gamma_1/2
 _BEIT_BLOCK = {"layer_scale1": "gamma_1", "layer_scale2": "gamma_2",
                "relative_position_bias_table": "attn.relative_position_bias_table"}
@@ -221,9 +339,10 @@ class TimmTable(TorchTable):
 
     def __init__(self, model, qkv_bias=True):
         super().__init__(model, qkv_bias)
-        self.beit = bool(getattr(model, "relative_position_bias", False))
+        # timm's Beit and Eva (the RoPE families) share their attention's and LayerScale's names
+        self.beit = bool(getattr(model, "relative_position_bias", False)) or getattr(model, "rope", None) is not None
 
-    def no_key_bias(self, path):  # timm's Beit: a zero buffer
+    def no_key_bias(self, path):  # timm's Beit and Eva: a zero buffer
         return self.beit and path.endswith("/key/bias")
 
     def key(self, path):
@@ -273,6 +392,8 @@ def unsavable(model):
 
 def _family_of(model):
     """The timm family (architecture table entry) a model is written as."""
+    if model.rope is not None:
+        return "dinov3" if model.rope == "dinov3" else "eva02"
     if model.relative_position_bias or not model.absolute_position_embeddings:
         return "beit"
     if model.distillation:
@@ -294,6 +415,10 @@ def _size(model, allowed, default):
 def _arch(model):
     """The architecture name: the family's entrypoint (model_args give the sizes and options)."""
     name = _family_of(model)
+    if name == "dinov3":
+        return f"vit_{_size(model, ('small', 'base', 'large'), 'small')}_patch16_dinov3"
+    if name == "eva02":
+        return f"eva02_{_size(model, ('tiny', 'small', 'base', 'large'), 'tiny')}_patch14_224"
     if name == "beit":
         return f"beit_{_size(model, ('base', 'large'), 'base')}_patch16_224"
     if name == "deit_distilled":
@@ -334,6 +459,8 @@ def _model_args(model, name, num_classes, global_pool):
     ratio = (2 * model.mlp_dim + 0.5) / model.hidden_size if swiglu else model.mlp_dim / model.hidden_size
     args = dict(num_classes=num_classes, img_size=list(model.image_size), patch_size=model.patch_size[0],
                 embed_dim=model.hidden_size, depth=model.num_layers, num_heads=model.num_heads, mlp_ratio=ratio)
+    if name in EVA_FAMILIES:  # timm's Eva: its own argument names
+        return _eva_model_args(model, args, global_pool)
     if name == "beit":  # timm's Beit takes none of VisionTransformer's token and norm options
         args.update(global_pool=global_pool, qkv_bias=True, init_values=model.layer_scale,
                     use_abs_pos_emb=model.absolute_position_embeddings,
@@ -358,6 +485,32 @@ def _model_args(model, name, num_classes, global_pool):
     if model.dynamic_image_size:
         args["dynamic_img_size"] = True
     return args
+
+
+def _eva_model_args(model, args, global_pool):
+    """model_args of timm's Eva (DINOv3, EVA02) for a RoPE model: every option its entrypoint would set."""
+    swiglu = model.mlp_activation == "swiglu"
+    if swiglu:  # Eva's packed SwiGLU: fc1 2 * int(dim * mlp_ratio) wide
+        args["mlp_ratio"] = (model.mlp_dim + 0.5) / model.hidden_size
+    args.update(class_token=model.classifier == "token", global_pool=global_pool, use_fc_norm=model.fc_norm,
+                qkv_bias=_has_qkv_bias(model), init_values=model.layer_scale, num_reg_tokens=model.register_tokens,
+                no_embed_class=model.prefix_posemb == "none", use_abs_pos_emb=model.absolute_position_embeddings,
+                use_rot_pos_emb=True, rope_type="dinov3" if model.rope == "dinov3" else "cat",
+                rope_rotate_half=model.rope == "dinov3", swiglu_mlp=swiglu, scale_mlp=model.mlp_norm, qkv_fused=True,
+                dynamic_img_size=model.dynamic_image_size)
+    if model.rope_temperature is not None:
+        args["rope_temperature"] = model.rope_temperature
+    if model.rope_grid is not None:
+        args["ref_feat_shape"] = list(model.rope_grid)
+    return args  # no act_layer, no norm eps: Eva takes neither (the name implies exact GELU and the eps)
+
+
+def _has_qkv_bias(model):
+    """Whether a RoPE model's attention has query or value biases (timm's qkv_bias): DINOv3 has none."""
+    import numpy as np
+
+    return any(np.any(np.asarray(block.attention_layer().query.bias.numpy()))
+               or np.any(np.asarray(block.attention_layer().value.bias.numpy())) for block in model.blocks)
 
 
 def config_of(model):
@@ -395,4 +548,7 @@ def files_of(model):
 
 
 def state_dict(model):
-    return TimmTable(model).state_dict(model)
+    qkv_bias = not (model.rope is not None and not _has_qkv_bias(model))  # DINOv3: no bias keys at all
+    tensors = TimmTable(model, qkv_bias).state_dict(model)
+    # timm's Eva builds SwiGLU with a sub-LN as fc1_g and fc1_x
+    return split_swiglu(tensors) if model.mlp_norm and model.mlp_activation == "swiglu" else tensors

@@ -32,9 +32,9 @@ from keras_vit.formats._torch import unsavable as unsavable_common
 TRANSFORMERS_ARCHITECTURES = ("ViTForImageClassification", "ViTModel", "DeiTModel",
                               "DeiTForImageClassificationWithTeacher", "Dinov2Model", "Dinov2WithRegistersModel",
                               "CLIPVisionModel", "CLIPVisionModelWithProjection", "CLIPModel", "SiglipVisionModel",
-                              "SiglipModel", "BeitModel", "BeitForImageClassification")
+                              "SiglipModel", "BeitModel", "BeitForImageClassification", "DINOv3ViTModel")
 TRANSFORMERS_MODEL_TYPES = ("vit", "deit", "dinov2", "dinov2_with_registers", "clip", "clip_vision_model", "siglip",
-                            "siglip_vision_model", "beit")
+                            "siglip_vision_model", "beit", "dinov3_vit")
 DENSE_MODEL_TYPES = ("dpt", "depth_anything")  # dense heads on a backbone: keras_vit/dense/transformers.py
 _ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "quick_gelu": "quick_gelu"}
 # transformers' own resampling of position embeddings at another size (keras_vit.interpolation's names)
@@ -47,8 +47,8 @@ SKIPPED = ("text_model.", "text_projection.", "logit_scale", "logit_bias", "embe
 # Where transformers keeps the arrays that tell the sizes (prefix-stripped keys of every family: ViT, DeiT,
 # DINOv2, BEiT, CLIP, SigLIP; formats/_headers.py), and its names for them.
 SCHEME = Scheme(layout="torch", patch=r"embeddings\.patch_embeddings?\.(projection\.)?weight",
-                block=r"encoder\.layers?\.(\d+)\.",
-                mlp=r"encoder\.layers?\.0\.(intermediate\.dense|mlp\.fc1|mlp\.weights_in)\.weight",
+                block=r"(?:encoder\.layers?|layer)\.(\d+)\.",
+                mlp=r"(?:encoder\.layers?|layer)\.0\.(intermediate\.dense|mlp\.fc1|mlp\.weights_in|mlp\.up_proj)\.weight",
                 posemb=r"embeddings\.position_embeddings?(\.weight)?",
                 heads=(r"encoder\.layer\.0\..*relative_position_bias_table", 1),
                 head=r"(classifier|cls_classifier|visual_projection)\.weight", pre_logits=r"pooler\.dense\.weight",
@@ -97,7 +97,9 @@ def strip_prefix(tensors):
 
 def naming(tensors):
     """Which transformers key scheme a (prefix-stripped) state dict uses: "vit" (ViT, DeiT), "dinov2"
-    (or "dinov2_swiglu"), "beit" or "clip" (CLIP, SigLIP)."""
+    (or "dinov2_swiglu"), "beit", "clip" (CLIP, SigLIP) or "dinov3" ("dinov3_kbias" with a key bias)."""
+    if any(re.match(r"layer\.\d+\.attention\.q_proj\.", k) for k in tensors):  # DINOv3ViTModel
+        return "dinov3_kbias" if any(re.match(r"layer\.\d+\.attention\.k_proj\.bias", k) for k in tensors) else "dinov3"
     if any(k.startswith("encoder.layers.") for k in tensors) or "embeddings.patch_embedding.weight" in tensors:
         return "clip"
     if any(k.endswith((".lambda_1", "relative_position_bias_table")) for k in tensors):
@@ -218,6 +220,23 @@ def args_from_config(config, tensors, where, preprocessor=None):
                                                 "use_relative_position_bias", where),
                     absolute_position_embeddings=flag(config.get("use_absolute_position_embeddings", False),
                                                       "use_absolute_position_embeddings", where))
+    elif model_type == "dinov3_vit":
+        head = False
+        for key in ("query_bias", "value_bias", "proj_bias", "mlp_bias"):
+            if not flag(config.get(key, True), key, where):
+                raise ValueError(f"{where}: {key}=false: keras-vit reads DINOv3 with its query, value, output and MLP "
+                                 "biases (only the key bias may be left out, as the released models do).")
+        if flag(config.get("use_gated_mlp"), "use_gated_mlp", where):
+            raise ValueError(f"{where}: use_gated_mlp=true (DINOv3 ViT-H+ / 7B's gate_proj and up_proj): keras-vit "
+                             "does not read the gated MLP from transformers' layout yet; timm's "
+                             "vit_*_dinov3 checkpoints of the plain sizes read.")
+        args.update(layer_scale=number(config.get("layerscale_value", 1.0), "layerscale_value", where),
+                    register_tokens=integer(config.get("num_register_tokens", 0), "num_register_tokens", where),
+                    absolute_position_embeddings=False, rope="dinov3", dynamic_image_size=True,
+                    rope_temperature=number(config.get("rope_theta", 100.0), "rope_theta", where),
+                    layer_norm_epsilon=number(config.get("layer_norm_eps", 1e-5), "layer_norm_eps", where))
+        if not flag(config.get("apply_layernorm", True), "apply_layernorm", where):
+            raise ValueError(f"{where}: apply_layernorm=false: keras-vit's DINOv3 normalizes its outputs.")
     else:  # siglip
         head = False
         args.update(classifier="gap", pooling="map" if flag(config.get("vision_use_head", True), "vision_use_head", where)
@@ -283,14 +302,16 @@ class TransformersTable(TorchTable):
 
     relative_method = "transformers"  # BeitRelativePositionBias: bilinear, at every other size
 
-    def no_key_bias(self, path):  # BEiT's key projection has no bias
-        return self.naming == "beit" and path.endswith("/key/bias")
+    def no_key_bias(self, path):  # BEiT's and DINOv3's key projections have no bias
+        return self.naming in ("beit", "dinov3") and path.endswith("/key/bias")
 
     def key(self, path):
         parts = path.split("/")
         leaf = LEAVES.get(parts[-1])
         head = parts[0]
         clip = self.clip
+        if self.naming.startswith("dinov3"):
+            return self._dinov3_key(parts, leaf)
         if head == "patch_encoder":
             named = {"cls": "embeddings.class_embedding" if clip else "embeddings.cls_token",
                      "pos_embedding": "embeddings.position_embedding.weight" if clip
@@ -326,6 +347,26 @@ class TransformersTable(TorchTable):
             return f"{top[head]}.{leaf}", None
         return None, None
 
+    def _dinov3_key(self, parts, leaf):
+        """DINOv3ViTModel's names: embeddings.*, layer.{i}.*, norm."""
+        head = parts[0]
+        if head == "patch_encoder":
+            return {"cls": "embeddings.cls_token", "reg_token": "embeddings.register_tokens"}.get(
+                parts[1]) or f"embeddings.patch_embeddings.{leaf}", None
+        m = re.fullmatch(r"encoderblock_(\d+)", head)
+        if m:
+            name = _DINOV3_BLOCK.get(parts[1])
+            if name is None:
+                return None, None
+            return f"layer.{m[1]}.{name}" + ("" if parts[1].startswith("layer_scale") else f".{leaf}"), None
+        return ("norm." + leaf, None) if head == "encoder_norm" else (None, None)
+
+
+_DINOV3_BLOCK = {"query": "attention.q_proj", "key": "attention.k_proj", "value": "attention.v_proj",
+                 "out": "attention.o_proj", "norm1": "norm1", "norm2": "norm2", "mlp_dense1": "mlp.up_proj",
+                 "mlp_dense2": "mlp.down_proj", "layer_scale1": "layer_scale1.lambda1",
+                 "layer_scale2": "layer_scale2.lambda1"}
+
 
 # -- writing -----------------------------------------------------------------------------------
 
@@ -341,10 +382,13 @@ _WRITTEN = {
              "CLIPImageProcessor"),
     "siglip": ("siglip_vision_model", "SiglipVisionModel", None, None, "", "SiglipImageProcessor"),
     "beit": ("beit", "BeitModel", "BeitForImageClassification", "beit.", "", "BeitImageProcessor"),
+    "dinov3_vit": ("dinov3_vit", "DINOv3ViTModel", None, None, "", "DINOv3ViTImageProcessorFast"),
 }
 
 
 def _family_of(model):
+    if model.rope is not None:
+        return "dinov3_vit"
     if model.relative_position_bias or not model.absolute_position_embeddings:
         return "beit"
     if model.distillation:
@@ -359,6 +403,8 @@ def _family_of(model):
 
 
 def _naming(family, model):
+    if family == "dinov3_vit":
+        return "dinov3"
     if family in ("clip", "siglip"):
         return "clip"
     if family.startswith("dinov2"):
@@ -433,6 +479,13 @@ def config_of(model):
             config["projection_dim"] = int(model.classes)
         if family == "siglip":
             config["vision_use_head"] = model.pooling == "map"
+    elif family == "dinov3_vit":
+        for key in ("hidden_dropout_prob", "attention_probs_dropout_prob", "qkv_bias"):
+            del config[key]
+        config.update(layerscale_value=model.layer_scale or 1.0, num_register_tokens=model.register_tokens,
+                      rope_theta=model.rope_temperature or 100.0, query_bias=True, key_bias=False, value_bias=True,
+                      proj_bias=True, mlp_bias=True, use_gated_mlp=False, apply_layernorm=True, attention_dropout=0.0,
+                      drop_path_rate=0.0, pos_embed_shift=None, pos_embed_jitter=None, pos_embed_rescale=2.0)
     elif family == "beit":
         config.update(use_relative_position_bias=model.relative_position_bias,
                       use_absolute_position_embeddings=model.absolute_position_embeddings,
@@ -452,6 +505,8 @@ def unsavable(model):
     problems = unsavable_common(model)
     if problems:
         return problems
+    if model.rope not in (None, "dinov3"):
+        return [f"rope={model.rope!r} (transformers has no EVA02 model; save it in timm's format)"]
     if model.image_size[0] != model.image_size[1] or model.patch_size[0] != model.patch_size[1]:
         return ["non-square images or patches"]
     family = _family_of(model)
@@ -495,4 +550,6 @@ def state_dict(model):
         model, prefix=_WRITTEN[family][3] if top else _WRITTEN[family][4])
     if family.startswith("dinov2"):
         tensors["embeddings.mask_token"] = np.zeros((1, model.hidden_size), np.float32)
+    elif family == "dinov3_vit":
+        tensors["embeddings.mask_token"] = np.zeros((1, 1, model.hidden_size), np.float32)
     return tensors

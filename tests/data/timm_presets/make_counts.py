@@ -3,7 +3,7 @@ CROPPED's), with a 1000-class head and without one (num_classes=0), each model m
 
 Run with timm and torch installed (not keras-vit's dependencies), from the repository root:
     PYTHONPATH=. python tests/data/timm_presets/make_counts.py
-Made with timm 1.0.31, torch 2.13.0 (CPU). torchvision is imported by timm but unused here; where its
+Made with timm 1.0.31, torch 2.14.1. torchvision is imported by timm but unused here; where its
 compiled ops do not load (a CUDA build beside a CPU torch), its fake-op registrations are skipped.
 """
 
