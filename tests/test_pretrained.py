@@ -162,7 +162,7 @@ def test_bad_transformers_shape_names_the_key(tmp_path):
 
 @pytest.mark.parametrize("folder, edit, match", [
     (TIMM, lambda c: c.update(architecture="convnext_tiny"), "unsupported timm architecture 'convnext_tiny'"),
-    (TIMM, lambda c: c.update(architecture="eva02_base_patch14_224"), "eva02_base.*rotary position embeddings"),
+    (TIMM, lambda c: c.update(architecture="eva_giant_patch14_224"), "eva_giant_patch14_224.*EVA-01 layout"),
     (TIMM, lambda c: c["model_args"].update(qk_norm=True), "qk_norm=True.*query/key normalization"),
     (TIMM, lambda c: c["model_args"].update(global_pool="avgmax"), "global_pool='avgmax'"),
     (TIMM, lambda c: c["model_args"].update(frobnicate=1), r"model_args \['frobnicate'\]"),
@@ -170,7 +170,7 @@ def test_bad_transformers_shape_names_the_key(tmp_path):
     (HF, lambda c: c.update(architectures=["ViTForMaskedImageModeling"]), "ViTForMaskedImageModeling"),
     (HF, lambda c: c.update(hidden_act="relu"), "hidden_act='relu'"),
     (HF, lambda c: c.clear(), "neither a timm config"),
-], ids=["arch", "eva02", "qk_norm", "avgmax_pool", "unknown_arg", "model_type", "hf_arch", "act", "no_kind"])
+], ids=["arch", "eva01", "qk_norm", "avgmax_pool", "unknown_arg", "model_type", "hf_arch", "act", "no_kind"])
 def test_unsupported_configs_name_themselves(tmp_path, folder, edit, match):
     bad = _copy(folder, tmp_path, config=edit)
     model = randomize(tiny_vit(approximate_gelu=False))
