@@ -125,6 +125,7 @@ def apply_rope(x: Tensor, table: Tensor, layout: str) -> Tensor:
     >>> keras.ops.convert_to_numpy(y[0, 0, 0]).tolist()  # the prefix token passes unrotated
     [1.0, 1.0, 1.0, 1.0]
     """
+    x = ops.convert_to_tensor(x)  # a NumPy x times a torch tensor has no operator
     table = ops.cast(table, x.dtype)
     sin, cos = table[0][:, None, :], table[1][:, None, :]
     if layout == "half":
