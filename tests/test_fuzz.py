@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 pytestmark = pytest.mark.fuzz
 
 # examples per test: config fields x2, safetensors, npz, images
-_SHARES = {"ci": (500, 300, 600, 400, 400), "long": (2500, 2000, 3000, 2000, 2500)}
+_SHARES = {"ci": (500, 300, 300, 250, 400), "long": (2500, 2000, 3000, 2000, 2500)}
 PROFILE = os.environ.get("KERAS_VIT_FUZZ_PROFILE", "ci")
 if PROFILE not in _SHARES:
     raise ValueError(f"KERAS_VIT_FUZZ_PROFILE={PROFILE!r}; use 'ci' or 'long'.")

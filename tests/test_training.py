@@ -278,6 +278,7 @@ def test_bad_data_and_keys_fail_with_the_path_or_the_valid_keys(tmp_path):
     assert not (tmp_path / "ra").exists()
 
 
+@pytest.mark.slow  # a CLI training run of its own; CI's time goes to the cheaper ones beside it
 def test_a_recipe_that_misses_its_expectation_fails_after_writing_the_run(tmp_path):
     """The digits recipe's `expect` (94% test accuracy): CI's run of the README's first line, `keras-vit train
     digits` with nothing changed, fails below it. Here a recipe of one short epoch expects 99.9%: the run is
@@ -338,6 +339,7 @@ def test_finetune_recipe_from_an_official_checkpoint_at_a_higher_resolution(tmp_
     np.testing.assert_array_equal(model.get_layer("encoderblock_11").get_weights()[0] != 0, True)
 
 
+@pytest.mark.slow  # a CLI training run of its own; CI's time goes to the cheaper ones beside it
 def test_pretrain_recipe_runs_at_toy_scale(tmp_path):
     result = _cli("train", str(ROOT / "recipes" / "pretrain_imagenet21k.py"), "--set", "data=digits",
                   "--set", "test_split=test", "--set", "model.variant=Ti/16", "--set", "image_size=16",
@@ -458,6 +460,7 @@ def test_cli_finetunes_a_hub_folder_at_its_own_size(tmp_path):
     np.testing.assert_allclose(metrics["input"]["pixel_std"], std)
 
 
+@pytest.mark.slow  # a CLI training run of its own; CI's time goes to the cheaper ones beside it
 def test_cli_finetunes_a_hub_name_through_the_huggingface_hub_cache(tmp_path):
     """`--set weights=facebook/dinov2-small` (a name, not a folder) is fetched by huggingface_hub, here offline
     from a cache laid out as huggingface_hub lays it out, and trains as the folder would."""

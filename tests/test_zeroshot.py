@@ -255,6 +255,7 @@ def test_an_export_that_differs_is_refused_and_writes_nothing(loaded, tmp_path, 
 
 
 @pytest.mark.one_backend
+@pytest.mark.slow  # the CLI end to end (the exports' parity: the in-process tests above)
 def test_the_cli_predicts_and_exports_zero_shot(tmp_path):
     import subprocess
     import sys
