@@ -589,12 +589,7 @@ class Attention(keras.layers.Layer):
             if rope is not None:  # rotated as (B, T, heads, head_dim), then as the implementation takes them
                 q, k, v = ops.unstack(qkv, 3, axis=2)
                 q, k = self._rotate(q, k, rope)
-                if dpa:
-                    y = ops.dot_product_attention(q, k, v, scale=1.0)
-                else:
-                    q, k, v = (ops.transpose(z, (0, 2, 1, 3)) for z in (q, k, v))
-                    y, probs = self._core(q, k, v, impl, training, logit_bias)
-                    y = ops.transpose(y, (0, 2, 1, 3))
+                y, probs = self._heads(q, k, v, impl, training, logit_bias)
             elif dpa:  # (B, T, heads, head_dim) as it comes
                 q, k, v = ops.unstack(qkv, 3, axis=2)
                 y = ops.dot_product_attention(q, k, v, scale=1.0)
@@ -609,13 +604,16 @@ class Attention(keras.layers.Layer):
         v = ops.reshape(self.value(x), (b, t, h, hd))
         if rope is not None:
             q, k = self._rotate(q, k, rope)
-        if dpa:
-            y = ops.dot_product_attention(q, k, v, scale=1.0)
-        else:
-            q, k, v = (ops.transpose(z, (0, 2, 1, 3)) for z in (q, k, v))
-            y, probs = self._core(q, k, v, impl, training, logit_bias)
-            y = ops.transpose(y, (0, 2, 1, 3))
+        y, probs = self._heads(q, k, v, impl, training, logit_bias)
         return self.out(ops.reshape(y, (b, t, d))), probs
+
+    def _heads(self, q, k, v, impl, training, bias):
+        """q (scaled), k, v (B, T, heads, head_dim) -> (B, T, heads, head_dim), probs or None."""
+        if impl == "dot_product_attention":
+            return ops.dot_product_attention(q, k, v, scale=1.0), None
+        q, k, v = (ops.transpose(z, (0, 2, 1, 3)) for z in (q, k, v))
+        y, probs = self._core(q, k, v, impl, training, bias)
+        return ops.transpose(y, (0, 2, 1, 3)), probs
 
     def get_config(self) -> dict[str, Any]:
         return {
