@@ -146,6 +146,14 @@ class ViTConfig:
             timm's `scale_mlp`).
         rope_grid: "axial" only: the reference grid (EVA02's ref_feat_shape, its pre-training grid) the patch
             indices are rescaled to, t = k / n * ref, at every size; None: the indices themselves.
+        rope_offset: added to every RoPE coordinate before that rescaling (Perception Encoder's 1.0:
+            t = (k + 1) / n * ref).
+        rope_xy: the RoPE angles of the columns before the rows' (timm's grid_indexing 'xy', Perception
+            Encoder's); False: rows first.
+        pool_heads: the "map" pooling's attention heads; None: `num_heads` (Perception Encoder's pool has 8).
+        pool_mlp_dim: the "map" pooling's MLP width; None: `mlp_dim`.
+        pool_prefix: the "map" pooling attends over the prefix tokens too (Perception Encoder's pool reads
+            [class, patches]); False: over the patches (timm's ViT).
 
     Example:
     >>> config = ViTConfig(image_size=48, patch_size=4, hidden_size=64, num_layers=2, num_heads=4, mlp_dim=128,
@@ -202,6 +210,11 @@ class ViTConfig:
     rope_temperature: float | None = None
     rope_grid: tuple[int, int] | None = None
     mlp_norm: bool = False
+    rope_offset: float = 0.0
+    rope_xy: bool = False
+    pool_heads: int | None = None
+    pool_mlp_dim: int | None = None
+    pool_prefix: bool = False
 
     def __post_init__(self) -> None:
         _check(self, functools.partial(object.__setattr__, self))
@@ -320,7 +333,7 @@ def _check(c, set_):
         set_("classes", _integer(c.classes, "classes", 1 if c.include_top else 0, MAX_CLASSES))
     for what in ("include_top", "approximate_gelu", "fc_norm", "distillation", "pre_norm", "patch_bias",
                  "relative_position_bias", "absolute_position_embeddings", "dynamic_image_size", "remat",
-                 "mlp_norm"):
+                 "mlp_norm", "rope_xy", "pool_prefix"):
         set_(what, _flag(getattr(c, what), what))
     for what in ("dropout_rate", "attention_dropout_rate", "drop_path_rate", "layer_norm_epsilon", "crop_pct"):
         set_(what, _real(getattr(c, what), what))
@@ -361,7 +374,17 @@ def _check(c, set_):
         set_("rope_temperature", _real(c.rope_temperature, "rope_temperature"))
     if c.rope_grid is not None:
         set_("rope_grid", _pair(c.rope_grid, "rope_grid"))
-    check_rope(c.rope, c.hidden_size // c.num_heads, c.rope_temperature, c.rope_grid)
+    set_("rope_offset", _real(c.rope_offset, "rope_offset"))
+    check_rope(c.rope, c.hidden_size // c.num_heads, c.rope_temperature, c.rope_grid, c.rope_offset, c.rope_xy)
+    for what, high in (("pool_heads", MAX_WIDTH), ("pool_mlp_dim", MAX_WIDTH)):
+        if getattr(c, what) is not None:
+            set_(what, _integer(getattr(c, what), what, 1, high))
+    pooled_map = (c.pooling or c.classifier) == "map"
+    if not pooled_map and (c.pool_heads is not None or c.pool_mlp_dim is not None or c.pool_prefix):
+        raise ValueError(f"pool_heads={c.pool_heads!r} / pool_mlp_dim={c.pool_mlp_dim!r} / pool_prefix={c.pool_prefix!r} "
+                         f"are the attention pool's: they need pooling='map', got pooling={c.pooling!r}.")
+    if c.pool_heads is not None and c.hidden_size % c.pool_heads:
+        raise ValueError(f"hidden_size {c.hidden_size} is not divisible by pool_heads {c.pool_heads}.")
     if c.rope is not None and c.relative_position_bias:
         raise ValueError(f"rope={c.rope!r} with relative_position_bias=True: a model takes one kind of relative "
                          "position (RoPE or BEiT's bias table), not both.")
@@ -525,7 +548,8 @@ def _parameter_count(c):
     count += c.num_layers * block
     count += 2 * d  # encoder_norm, or fc_norm after pooling
     if (c.pooling or c.classifier) == "map":
-        count += d + 4 * dense(d, d) + 2 * d + dense(d, m) + dense(m, d)
+        pool_m = m if c.pool_mlp_dim is None else c.pool_mlp_dim
+        count += d + 4 * dense(d, d) + 2 * d + dense(d, pool_m) + dense(pool_m, d)
     pooled = d
     if c.representation_size is not None:
         count += dense(d, c.representation_size)

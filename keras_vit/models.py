@@ -371,7 +371,7 @@ def _encoder(x, c, stages):
     extra = {}
     if c.rope is not None:  # one table per grid, shared by the blocks
         extra["rope"] = RotaryEmbedding(c.hidden_size // c.num_heads, c.effective_patch, c.rope, c.rope_temperature,
-                                        c.rope_grid, c.num_prefix_tokens, name="rope")(x)
+                                        c.rope_grid, c.num_prefix_tokens, c.rope_offset, c.rope_xy, name="rope")(x)
     if c.resnet is not None:
         x = resnet_stem(x, **c.resnet)
     x = PatchEncoder(c.hidden_size, c.patch_size, class_token=c.classifier == "token", posemb_grid=c.grid,
@@ -423,10 +423,10 @@ def _pool_and_head(x, c, stages):
         x = ops.mean(x[:, prefix:] if prefix else x, axis=1)
     elif pool == "max":
         x = ops.max(x[:, prefix:] if prefix else x, axis=1)
-    elif pool == "map":  # one learned query attends over the patch tokens (timm drops the prefix tokens too)
+    elif pool == "map":  # one learned query attends over the patch tokens (timm's ViT drops the prefix tokens too)
         activation = c.mlp_activation or ("gelu_tanh" if c.approximate_gelu else "gelu")
-        x = AttentionPool(c.num_heads, c.mlp_dim, c.layer_norm_epsilon, activation,
-                          name="attention_pool")(x[:, prefix:] if prefix else x)
+        x = AttentionPool(c.pool_heads or c.num_heads, c.pool_mlp_dim or c.mlp_dim, c.layer_norm_epsilon, activation,
+                          name="attention_pool")(x[:, prefix:] if prefix and not c.pool_prefix else x)
     if c.fc_norm:
         x = keras.layers.LayerNormalization(epsilon=c.layer_norm_epsilon, name="fc_norm")(x)
     if c.representation_size is not None:

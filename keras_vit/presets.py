@@ -235,6 +235,7 @@ TIMM_SIZES = {
     "tiny": (192, 12, 3), "small": (384, 12, 6), "base": (768, 12, 12), "large": (1024, 24, 16),
     "huge": (1280, 32, 16), "giant": (1536, 40, 24), "so400m": (1152, 27, 16),
     "small_plus": (384, 12, 6), "huge_plus": (1280, 32, 20),  # DINOv3's (SwiGLU MLPs)
+    "gigantic": (1536, 50, 16),  # Perception Encoder's
 }
 # timm architectures keras-vit reads, and their family. What each family implies beyond a plain ViT is
 # `timm_model_args`'s (as timm's entrypoints set it: config.json's model_args do not say it, they override it).
@@ -252,12 +253,14 @@ TIMM_FAMILIES = (
     (re.compile(r"^vit_(?P<size>tiny|small|small_plus|base|large|huge_plus)_patch(?P<patch>16)_dinov3(?P<qkvb>_qkvb)?$"),
      "dinov3"),
     (re.compile(r"^eva02_(?P<size>tiny|small|base|large)_patch(?P<patch>14)_(?P<img>\d+)$"), "eva02"),
+    (re.compile(r"^vit_pe_core_(?P<size>tiny|small|base|large|gigantic)_patch(?P<patch>14|16)_(?P<img>\d+)$"), "pe_core"),
 )
 TIMM_ARCHITECTURES = ("vit_{tiny,...,huge}_patch{P}_{SIZE}", "deit_{tiny,small,base}[_distilled]_patch16_{SIZE}",
                       "vit_{small,base,large,giant}_patch14[_reg{N}]_dinov2", "vit_*_clip[_quickgelu]_{SIZE}",
                       "vit_*_siglip[_gap]_{SIZE}", "beit_{base,large}_patch16_{SIZE}",
                       "vit_{small,small_plus,base,large,huge_plus}_patch16_dinov3[_qkvb]",
-                      "eva02_{tiny,small,base,large}_patch14_{SIZE}")
+                      "eva02_{tiny,small,base,large}_patch14_{SIZE}",
+                      "vit_pe_core_{tiny,small,base,large,gigantic}_patch{14,16}_{SIZE}")
 
 # The families' published sizes, by timm architecture name: `create_model(name)` builds each (any name
 # TIMM_FAMILIES matches builds; these are the ones timm publishes weights for, their parameter counts
@@ -284,6 +287,8 @@ TIMM_PRESETS = {
                "vit_base_patch16_dinov3_qkvb", "vit_large_patch16_dinov3_qkvb"),
     "EVA02": ("eva02_tiny_patch14_224", "eva02_small_patch14_224", "eva02_base_patch14_224", "eva02_large_patch14_224",
               "eva02_tiny_patch14_336", "eva02_small_patch14_336", "eva02_base_patch14_448", "eva02_large_patch14_448"),
+    "Perception Encoder": ("vit_pe_core_tiny_patch16_384", "vit_pe_core_small_patch16_384", "vit_pe_core_base_patch16_224",
+                           "vit_pe_core_large_patch14_336", "vit_pe_core_gigantic_patch14_448"),
 }
 
 
@@ -347,6 +352,12 @@ def timm_model_args(name, match):
                        global_pool="avg")
         if match["size"] in ("base", "large"):  # their MLP has a sub-LN and q, k, v apart
             implied.update(scale_mlp=True, qkv_fused=False)
+    elif name == "pe_core":  # Perception Encoder: timm's Eva with AttentionRope blocks and an attention pool
+        implied.update(global_pool="map", attn_type="rope", use_pre_transformer_norm=True, use_rot_pos_emb=True,
+                       ref_feat_shape=(implied["img_size"] // implied["patch_size"],) * 2, rope_grid_offset=1.0,
+                       rope_grid_indexing="xy", attn_pool_num_heads=8, attn_pool_mlp_ratio=4.0, norm_eps=1e-5)
+        if match["size"] == "gigantic":  # no class token, a wider MLP, the grid not offset
+            implied.update(class_token=False, mlp_ratio=8960 / 1536, rope_grid_offset=0.0)
     return implied
 
 

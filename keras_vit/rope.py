@@ -18,7 +18,9 @@ The two kinds keras-vit reads differ in the coordinates and in which channels pa
   x_2j+1, "interleaved").
 
 Either way the angles are [row angles | column angles] (head_dim / 2), per token in the row-major order of
-the patches.
+the patches; two options move the grid: an `offset` added to every coordinate before the rescaling
+(Perception Encoder's rope_grid_offset 1: indices k + 1) and `xy`, the column angles first ([column | row],
+timm's grid_indexing 'xy', Perception Encoder's).
 
 Example:
 >>> table = RotaryEmbedding(head_dim=8, patch_size=16, kind="dinov3", prefix_tokens=1)(keras.ops.zeros((1, 32, 48, 3)))
@@ -45,7 +47,8 @@ DEFAULT_TEMPERATURE = {"dinov3": 100.0, "axial": 10000.0}
 LAYOUTS = {"dinov3": "half", "axial": "interleaved"}
 
 
-def check_rope(kind: str | None, head_dim: int, temperature: float | None, reference_grid: Any) -> None:
+def check_rope(kind: str | None, head_dim: int, temperature: float | None, reference_grid: Any, offset: float = 0.0,
+               xy: bool = False) -> None:
     """Refuses a RoPE configuration keras-vit cannot build, naming the value.
 
     Example:
@@ -54,9 +57,9 @@ def check_rope(kind: str | None, head_dim: int, temperature: float | None, refer
     ValueError: Unknown rope 'rotary'; use None or one of ('dinov3', 'axial').
     """
     if kind is None:
-        if temperature is not None or reference_grid is not None:
-            raise ValueError(f"rope_temperature={temperature!r} / rope_grid={reference_grid!r} need rope='dinov3' or "
-                             "'axial' (rope=None has no rotary embeddings).")
+        if temperature is not None or reference_grid is not None or offset or xy:
+            raise ValueError(f"rope_temperature={temperature!r} / rope_grid={reference_grid!r} / rope_offset={offset!r} / "
+                             f"rope_xy={xy!r} need rope='dinov3' or 'axial' (rope=None has no rotary embeddings).")
         return
     if kind not in ROPE_KINDS:
         raise ValueError(f"Unknown rope {kind!r}; use None or one of {ROPE_KINDS}.")
@@ -65,27 +68,33 @@ def check_rope(kind: str | None, head_dim: int, temperature: float | None, refer
                          f"the head width (hidden_size / num_heads) must be a multiple of 4, got {head_dim}.")
     if temperature is not None and not temperature > 0:
         raise ValueError(f"rope_temperature must be positive, got {temperature!r}.")
+    if not (isinstance(offset, (int, float)) and not isinstance(offset, bool) and math.isfinite(offset)):
+        raise ValueError(f"rope_offset must be a finite number (Perception Encoder's 1.0), got {offset!r}.")
     if reference_grid is not None and kind != "axial":
         raise ValueError(f"rope_grid={reference_grid!r} (EVA02's reference grid) goes with rope='axial', not {kind!r}: "
                          "DINOv3's coordinates are normalized by the grid itself.")
 
 
-def _axis_angles(n, kind, frequencies, reference):
+def _axis_angles(n, kind, frequencies, reference, offset):
     """(n, head_dim / 4) angles of one axis of n patches."""
     k = ops.cast(ops.arange(n), "float32")
     n = ops.cast(n, "float32")
     if kind == "dinov3":
-        coordinate = 2.0 * ((k + 0.5) / n) - 1.0
+        coordinate = 2.0 * ((k + (0.5 + offset)) / n) - 1.0
         return (2.0 * math.pi) * coordinate[:, None] * frequencies[None, :]
+    if offset:
+        k = k + float(offset)
     t = k if reference is None else k / n * float(reference)
     return t[:, None] * frequencies[None, :]
 
 
 def rope_table(grid: tuple[Any, Any], head_dim: int, kind: str, temperature: float | None = None,
-               reference_grid: tuple[int, int] | None = None, prefix_tokens: int = 0) -> Tensor:
+               reference_grid: tuple[int, int] | None = None, prefix_tokens: int = 0, offset: float = 0.0,
+               xy: bool = False) -> Tensor:
     """(2, prefix_tokens + gh * gw, head_dim) float32: the sines and cosines by which `apply_rope` rotates the
     tokens of a (gh, gw) patch grid (which may hold symbolic sizes), the prefix tokens' rows 0 and 1 (not
-    rotated).
+    rotated). `offset` is added to each coordinate before the rescaling to `reference_grid`; `xy` puts the
+    column angles first.
 
     Example:
     >>> table = keras.ops.convert_to_numpy(rope_table((2, 2), head_dim=4, kind="axial"))
@@ -99,10 +108,9 @@ def rope_table(grid: tuple[Any, Any], head_dim: int, kind: str, temperature: flo
     frequencies = ops.convert_to_tensor((np.float32(temperature) ** -exponents).astype("float32"))
     gh, gw = grid
     ref = (None, None) if reference_grid is None else reference_grid
-    rows = _axis_angles(gh, kind, frequencies, ref[0])
-    cols = _axis_angles(gw, kind, frequencies, ref[1])
-    angles = ops.concatenate([ops.broadcast_to(rows[:, None, :], (gh, gw, quarter)),
-                              ops.broadcast_to(cols[None, :, :], (gh, gw, quarter))], axis=-1)
+    rows = ops.broadcast_to(_axis_angles(gh, kind, frequencies, ref[0], offset)[:, None, :], (gh, gw, quarter))
+    cols = ops.broadcast_to(_axis_angles(gw, kind, frequencies, ref[1], offset)[None, :, :], (gh, gw, quarter))
+    angles = ops.concatenate([cols, rows] if xy else [rows, cols], axis=-1)
     angles = ops.reshape(angles, (-1, 2 * quarter))
     if LAYOUTS[kind] == "half":  # [a | a]: channel j pairs with j + head_dim / 2
         angles = ops.concatenate([angles, angles], axis=-1)
@@ -151,6 +159,8 @@ class RotaryEmbedding(keras.layers.Layer):
         temperature: the base of the frequencies; None: the kind's (100 for dinov3, 10000 for axial).
         reference_grid: "axial" only: the grid positions are rescaled to (EVA02's ref_feat_shape), or None.
         prefix_tokens: the class and register tokens before the patches (not rotated).
+        offset: added to every patch coordinate before the rescaling (Perception Encoder's 1.0).
+        xy: the column angles first (timm's grid_indexing 'xy').
 
     Example:
     >>> layer = RotaryEmbedding(head_dim=16, patch_size=14, kind="axial", reference_grid=(16, 16))
@@ -159,14 +169,17 @@ class RotaryEmbedding(keras.layers.Layer):
     """
 
     def __init__(self, head_dim: int, patch_size: int | tuple[int, int], kind: str, temperature: float | None = None,
-                 reference_grid: int | tuple[int, int] | None = None, prefix_tokens: int = 0, **kwargs: Any) -> None:
+                 reference_grid: int | tuple[int, int] | None = None, prefix_tokens: int = 0, offset: float = 0.0,
+                 xy: bool = False, **kwargs: Any) -> None:
         check_layer_keywords(RotaryEmbedding, kwargs)
         super().__init__(**kwargs)
         self.head_dim = int(head_dim)
         self.patch_size = _pair(patch_size, "patch_size")
         self.reference_grid = None if reference_grid is None else _pair(reference_grid, "reference_grid")
-        check_rope(kind, self.head_dim, temperature, self.reference_grid)
+        check_rope(kind, self.head_dim, temperature, self.reference_grid, offset, xy)
         self.kind = kind
+        self.offset = float(offset)
+        self.xy = bool(xy)
         self.temperature = None if temperature is None else float(temperature)
         self.prefix_tokens = int(prefix_tokens)
 
@@ -175,7 +188,8 @@ class RotaryEmbedding(keras.layers.Layer):
         if h is None or w is None:
             h, w = ops.shape(images)[1], ops.shape(images)[2]
         grid = (h // self.patch_size[0], w // self.patch_size[1])
-        return rope_table(grid, self.head_dim, self.kind, self.temperature, self.reference_grid, self.prefix_tokens)
+        return rope_table(grid, self.head_dim, self.kind, self.temperature, self.reference_grid, self.prefix_tokens,
+                          self.offset, self.xy)
 
     def compute_output_shape(self, input_shape: Shape) -> tuple[int | None, ...]:
         h, w = tuple(input_shape)[1:3]
@@ -186,4 +200,4 @@ class RotaryEmbedding(keras.layers.Layer):
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "head_dim": self.head_dim, "patch_size": self.patch_size, "kind": self.kind,
                 "temperature": self.temperature, "reference_grid": self.reference_grid,
-                "prefix_tokens": self.prefix_tokens}
+                "prefix_tokens": self.prefix_tokens, "offset": self.offset, "xy": self.xy}

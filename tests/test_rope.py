@@ -1,8 +1,8 @@
-"""The RoPE families (issue 54): DINOv3 (timm's vit_*_dinov3, transformers' DINOv3ViTModel) and EVA02 (timm's
-eva02_*), read from the folders their libraries wrote (tests/data/zoo2), give that library's outputs within
-1e-4 at the trained size and another, under every backend; each feature they need moves the outputs past the
-tolerance when left out or done another way; they write back, train, export and refuse what keras-vit lacks
-by name."""
+"""The RoPE families (issue 54): DINOv3 (timm's vit_*_dinov3, transformers' DINOv3ViTModel), EVA02 (timm's
+eva02_*) and Perception Encoder (timm's vit_pe_core_*), read from the folders their libraries wrote
+(tests/data/zoo2, zoo2_more), give that library's outputs within 1e-4 at the trained size and another, under
+every backend; each feature they need moves the outputs past the tolerance when left out or done another way;
+they write back, train, export and refuse what keras-vit lacks by name."""
 
 import dataclasses
 import json
@@ -26,6 +26,8 @@ NAMES = sorted(CASES["cases"])
 # alignment), written by timm itself: tests/data/zoo2_more/make_fixtures.py
 MORE = DATA / "zoo2_more"
 MORE_CASES = json.loads((MORE / "cases.json").read_text())["cases"]
+EVA_LAYOUTS = ("dinov3_splus", "eva02_base")
+PE = ("pe_core", "pe_core_noclass")  # Perception Encoder: with a class token, and without (the gigantic's layout)
 
 
 def _io(name):
@@ -76,7 +78,7 @@ def _more(name, suffix="", **keywords):
 
 
 @pytest.mark.backends
-@pytest.mark.parametrize("name", sorted(MORE_CASES))
+@pytest.mark.parametrize("name", EVA_LAYOUTS)
 def test_timms_other_eva_layouts_match_at_two_sizes(name):
     model, main = _more(name)
     _, alt = _more(name, "_alt")
@@ -90,7 +92,7 @@ def test_timms_other_eva_layouts_match_at_two_sizes(name):
         assert model.mlp_dim == 96  # int(32 * 2.9) = 92, aligned to 8
 
 
-@pytest.mark.parametrize("name", sorted(MORE_CASES))
+@pytest.mark.parametrize("name", EVA_LAYOUTS)
 def test_timms_other_eva_layouts_write_back(tmp_path, name):
     model, _ = _more(name)
     keras_vit.save_pretrained(model, tmp_path / "out", format="timm")
@@ -100,6 +102,56 @@ def test_timms_other_eva_layouts_write_back(tmp_path, name):
     np.testing.assert_array_equal(to_numpy(again(images)), to_numpy(model(images)))
     written = json.loads((tmp_path / "out" / "config.json").read_text())["model_args"]
     assert written["scale_mlp"] == model.mlp_norm and written["qkv_fused"]
+
+
+@pytest.mark.backends
+@pytest.mark.parametrize("name", PE)
+def test_perception_encoder_matches_timm_at_two_sizes(name):
+    model, main = _more(name)
+    _, alt = _more(name, "_alt")
+    assert max(main, alt) <= TOLERANCE, (main, alt)
+    assert (model.rope, model.rope_xy, model.pre_norm, model.patch_bias) == ("axial", True, True, False)
+    assert (model.pooling, model.pool_heads, model.pool_prefix, model.layer_norm_epsilon) == ("map", 8, True, 1e-5)
+    if name == "pe_core":
+        assert (model.rope_offset, model.rope_grid, model.classifier) == (1.0, (24, 24), "token")
+    else:  # the gigantic's layout: no offset, no class token, the pool's MLP 4x while the blocks' is 8960/1536
+        assert (model.rope_offset, model.rope_grid, model.classifier) == (0.0, (32, 32), "gap")
+        assert (model.pool_mlp_dim, model.mlp_dim) == (192, int(48 * 8960 / 1536))
+
+
+@pytest.mark.backends
+@pytest.mark.parametrize("fields", [dict(rope_offset=0.0), dict(rope_xy=False), dict(pool_prefix=False),
+                                    dict(pool_heads=None), dict(pre_norm=False)], ids=str)
+def test_each_perception_encoder_option_moves_the_outputs(fields):
+    """PE's grid offset and x-first angles, its pool over the class token too with its own 8 heads, and its
+    norm before the blocks: each done the other way moves the logits past the tolerance."""
+    assert _more("pe_core")[1] <= TOLERANCE
+    assert _more("pe_core", **fields)[1] > 10 * TOLERANCE
+
+
+def test_perception_encoder_writes_back_as_timms_and_not_as_transformers(tmp_path):
+    model, _ = _more("pe_core_noclass")
+    keras_vit.save_pretrained(model, tmp_path / "out", format="timm")
+    written = json.loads((tmp_path / "out" / "config.json").read_text())
+    args = written["model_args"]
+    assert written["architecture"] == "vit_pe_core_gigantic_patch14_448"
+    assert (args["attn_type"], args["use_pre_transformer_norm"], args["rope_grid_indexing"]) == ("rope", True, "xy")
+    assert (args["attn_pool_num_heads"], args["rope_grid_offset"], args["class_token"]) == (8, 0.0, False)
+    with np.load(MORE / "pe_core_noclass.io.npz", allow_pickle=False) as data:
+        images = data["images"]
+    again = keras_vit.from_pretrained(tmp_path / "out")
+    np.testing.assert_array_equal(to_numpy(again(images)), to_numpy(model(images)))
+    with pytest.raises(ValueError, match="transformers has no Perception Encoder"):
+        keras_vit.save_pretrained(model, tmp_path / "hf", format="transformers")
+
+
+def test_fewshot_runs_on_a_rope_backbone():
+    """The paper's few-shot probe on a Perception Encoder's frozen features (random weights: the features still
+    carry the digits' shapes, so the probe beats chance by far)."""
+    model, _ = _more("pe_core")
+    result = keras_vit.fewshot_evaluate(model, "digits", shots=(5,), seeds=1, test_images=200, verbose=0)
+    assert result["feature_dim"] == 48 and result["num_classes"] == 10
+    assert result["shots"]["5"]["mean"] > 0.3, result["shots"]
 
 
 def _moved(model, name, suffix=""):
@@ -242,9 +294,10 @@ def _timm_folder(tmp_path, **model_args):
 
 @pytest.mark.parametrize("model_args,named", [
     ({"scale_attn_inner": True}, "a LayerNorm inside the attention"),
-    ({"rope_grid_indexing": "xy"}, "'xy' RoPE grid indexing"),
+    ({"rope_grid_indexing": "yx"}, "rope_grid_indexing='yx'; use 'ij' or 'xy'"),
     ({"rope_type": "mixed"}, "rope_type='mixed'"),
-    ({"use_pre_transformer_norm": True}, "a norm before the blocks"),
+    ({"use_pre_transformer_norm": True}, "attn_type='eva' with use_pre_transformer_norm=True"),
+    ({"attn_type": "rope"}, "attn_type='rope' with use_pre_transformer_norm=False"),
 ])
 def test_eva_options_keras_vit_lacks_are_refused_by_name(tmp_path, model_args, named):
     with pytest.raises(ValueError, match=named):
@@ -291,6 +344,9 @@ def test_timm_names_build_the_rope_families():
     assert (eva.rope, eva.rope_grid, eva.mlp_activation, eva.mlp_dim, eva.fc_norm) == ("axial", (16, 16), "swiglu",
                                                                                        1024, True)
     assert eva.image_size == (336, 336) and eva.pixel_mean == pytest.approx((0.48145466, 0.4578275, 0.40821073))
+    pe = keras_vit.factory.timm_config("vit_pe_core_large_patch14_336")
+    assert (pe.rope, pe.rope_grid, pe.rope_offset, pe.rope_xy, pe.pool_heads, pe.pool_prefix, pe.pre_norm) == (
+        "axial", (24, 24), 1.0, True, 8, True, True)
 
 
 def test_fit_and_dense_heads_work_on_a_rope_backbone():

@@ -273,7 +273,8 @@ def unsavable(model) -> list[str]:
 STRUCTURE = ("image_size", "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "include_top",
              "classes", "classifier", "representation_size", "pooling", "fc_norm", "layer_norm_epsilon",
              "distillation", "layer_scale", "register_tokens", "prefix_posemb", "pre_norm", "patch_bias",
-             "relative_position_bias", "absolute_position_embeddings", "rope", "rope_temperature", "rope_grid", "mlp_norm")
+             "relative_position_bias", "absolute_position_embeddings", "rope", "rope_temperature", "rope_grid", "mlp_norm",
+             "rope_offset", "rope_xy", "pool_heads", "pool_mlp_dim", "pool_prefix")
 
 
 def activation(args):
@@ -302,6 +303,12 @@ def _normal(model, name, value):
         return float(DEFAULT_TEMPERATURE[model.rope] if value is None else value)
     if name == "rope_grid" and value is not None:
         return tuple(value)
+    if name == "pool_heads" and value is None:
+        return model.num_heads
+    if name == "pool_mlp_dim" and value is None:
+        return model.mlp_dim
+    if name == "rope_offset":
+        return float(value)
     return value
 
 
@@ -333,7 +340,8 @@ _DEFAULTS = {"representation_size": None, "pooling": None, "fc_norm": False, "ap
              "mlp_activation": None, "distillation": False, "layer_scale": None, "register_tokens": 0,
              "prefix_posemb": "all", "pre_norm": False, "patch_bias": True, "relative_position_bias": False,
              "absolute_position_embeddings": True, "classifier": "token", "rope": None, "rope_temperature": None,
-             "rope_grid": None, "mlp_norm": False}
+             "rope_grid": None, "mlp_norm": False, "rope_offset": 0.0, "rope_xy": False, "pool_heads": None,
+             "pool_mlp_dim": None, "pool_prefix": False}
 
 
 def write_folder(folder: Any, tensors: dict[str, np.ndarray], files: dict[str, dict[str, Any]], *,

@@ -46,7 +46,8 @@ _ARGS = {"img_size", "patch_size", "embed_dim", "depth", "num_heads", "mlp_ratio
          # timm's Eva (DINOv3, EVA02): its own names, translated by `_eva_args`
          "num_reg_tokens", "use_fc_norm", "use_rot_pos_emb", "rope_type", "rope_temperature", "rope_rotate_half",
          "rope_grid_offset", "rope_grid_indexing", "ref_feat_shape", "swiglu_mlp", "scale_mlp", "qkv_fused",
-         "use_post_transformer_norm", "use_pre_transformer_norm", "scale_attn_inner", "swiglu_align_to"}
+         "use_post_transformer_norm", "use_pre_transformer_norm", "scale_attn_inner", "swiglu_align_to",
+         "attn_type", "attn_pool_num_heads", "attn_pool_mlp_ratio"}
 # Options whose values other than these (timm's defaults) name a feature keras-vit does not have.
 _UNSUPPORTED = {"qk_norm": (False, "query/key normalization"), "final_norm": (True, "no final norm")}
 _ACTIVATIONS = {None: "gelu", "gelu": "gelu", "gelu_tanh": "gelu_tanh", "quick_gelu": "quick_gelu"}
@@ -59,11 +60,9 @@ _FAMILY_STATS = {"deit_distilled": (IMAGENET_MEAN, IMAGENET_STD), "dinov2": (IMA
                  "eva02": (OPENAI_CLIP_MEAN, OPENAI_CLIP_STD)}
 # timm's Eva class (the families with rotary position embeddings): its option values keras-vit builds
 # (others are refused, naming the feature), and the RoPE kind each rope_type is.
-EVA_FAMILIES = ("dinov3", "eva02")
-_EVA_SUPPORTED = {"scale_attn_inner": (False, "a LayerNorm inside the attention (scale_attn_inner)"),
-                  "use_pre_transformer_norm": (False, "a norm before the blocks (use_pre_transformer_norm)"),
-                  "rope_grid_offset": (0, "an offset RoPE grid (rope_grid_offset)"),
-                  "rope_grid_indexing": ("ij", "'xy' RoPE grid indexing")}
+EVA_FAMILIES = ("dinov3", "eva02", "pe_core")
+_EVA_SUPPORTED = {"scale_attn_inner": (False, "a LayerNorm inside the attention (scale_attn_inner)")}
+_GRID_INDEXING = {"ij": False, "xy": True}
 _ROPE_TYPES = {("dinov3", True): "dinov3", ("cat", False): "axial"}
 # timm's own resampling of position embeddings at another size (keras_vit.interpolation's names).
 TIMM_RESAMPLE = "torch_bicubic_antialias"
@@ -208,7 +207,8 @@ def args_from_config(config, tensors, where):
 
 _EVA_ONLY = {"num_reg_tokens", "use_fc_norm", "use_rot_pos_emb", "rope_type", "rope_temperature", "rope_rotate_half",
              "rope_grid_offset", "rope_grid_indexing", "ref_feat_shape", "swiglu_mlp", "scale_mlp", "qkv_fused",
-             "use_post_transformer_norm", "use_pre_transformer_norm", "scale_attn_inner", "swiglu_align_to"}
+             "use_post_transformer_norm", "use_pre_transformer_norm", "scale_attn_inner", "swiglu_align_to",
+             "attn_type", "attn_pool_num_heads", "attn_pool_mlp_ratio"}
 
 
 def _eva_args(o, name, where):
@@ -232,6 +232,24 @@ def _eva_args(o, name, where):
         raise ValueError(f"{where}: timm model_args use_post_transformer_norm={shown(post)} with fc_norm="
                          f"{shown(o['fc_norm'])}: keras-vit has one final norm, before pooling or after it.")
     extra = {"mlp_norm": mlp_norm}
+    pre_norm = flag(o.pop("use_pre_transformer_norm", False), "use_pre_transformer_norm", where)
+    o["pre_norm"] = pre_norm  # and no patch bias, as timm's Eva builds it
+    # the two attention classes differ in their names alone (EvaAttention: q_bias, v_bias; AttentionRope: one
+    # packed qkv bias); keras-vit tells them apart by the pre-transformer norm that comes with the second (PE's)
+    attn_type = o.pop("attn_type", "eva")
+    if attn_type != ("rope" if pre_norm else "eva"):
+        raise ValueError(f"{where}: timm model_args attn_type={shown(attn_type)} with use_pre_transformer_norm="
+                         f"{pre_norm}: keras-vit reads timm's Eva with attn_type 'eva' (EVA02, DINOv3) and with 'rope' "
+                         "and a norm before the blocks (Perception Encoder).")
+    if global_pool == "map":  # Eva's attention pool reads every token, the class token included
+        dim = integer(o["embed_dim"], "embed_dim", where)
+        heads = o.pop("attn_pool_num_heads", None)
+        ratio = o.pop("attn_pool_mlp_ratio", None)
+        extra.update(pool_prefix=True, pool_heads=None if heads is None else integer(heads, "attn_pool_num_heads", where),
+                     pool_mlp_dim=None if ratio is None else int(dim * number(ratio, "attn_pool_mlp_ratio", where)))
+    else:
+        for key in ("attn_pool_num_heads", "attn_pool_mlp_ratio"):
+            o.pop(key, None)
     if flag(o.pop("swiglu_mlp", False), "swiglu_mlp", where):
         # Eva's SwiGLU: gate and value int(dim * mlp_ratio) wide each (packed GluMlp, or SwiGLU's fc1_g and
         # fc1_x with a sub-LN or an alignment), rounded up to a multiple of swiglu_align_to
@@ -249,6 +267,10 @@ def _eva_args(o, name, where):
             raise ValueError(f"{where}: timm rope_type={shown(rope_type)} with rope_rotate_half={half}: keras-vit "
                              "reads 'dinov3' (rotate half) and 'cat' (interleaved, EVA02's).")
     temperature = o.pop("rope_temperature", None)
+    offset = number(o.pop("rope_grid_offset", 0.0) or 0.0, "rope_grid_offset", where)
+    indexing = o.pop("rope_grid_indexing", "ij")
+    if indexing not in _GRID_INDEXING:
+        raise ValueError(f"{where}: timm model_args rope_grid_indexing={shown(indexing)}; use 'ij' or 'xy'.")
     for key in ("rope_type", "rope_rotate_half"):
         o.pop(key, None)
     if kind is None:
@@ -258,7 +280,8 @@ def _eva_args(o, name, where):
         if kind != "axial":
             ref = None  # timm's DINOv3 RoPE ignores it
     temperature = None if temperature is None else number(temperature, "rope_temperature", where)
-    return {**extra, "rope": kind, "rope_temperature": temperature, "rope_grid": ref}
+    return {**extra, "rope": kind, "rope_temperature": temperature, "rope_grid": ref, "rope_offset": offset,
+            "rope_xy": _GRID_INDEXING[indexing]}
 
 
 def _view(pcfg, where):
@@ -339,11 +362,13 @@ class TimmTable(TorchTable):
 
     def __init__(self, model, qkv_bias=True):
         super().__init__(model, qkv_bias)
-        # timm's Beit and Eva (the RoPE families) share their attention's and LayerScale's names
+        # timm's Beit and Eva (the RoPE families) share their LayerScale's names, and their attention's
+        # (q_bias, v_bias) but for Eva's AttentionRope (Perception Encoder's: one qkv bias)
         self.beit = bool(getattr(model, "relative_position_bias", False)) or getattr(model, "rope", None) is not None
+        self.split_bias = self.beit and not (getattr(model, "rope", None) is not None and model.pre_norm)
 
-    def no_key_bias(self, path):  # timm's Beit and Eva: a zero buffer
-        return self.beit and path.endswith("/key/bias")
+    def no_key_bias(self, path):  # timm's Beit and EvaAttention: a zero buffer
+        return self.split_bias and path.endswith("/key/bias")
 
     def key(self, path):
         parts = path.split("/")
@@ -355,7 +380,7 @@ class TimmTable(TorchTable):
         if m:
             i, sub = m[1], parts[1]
             if self.beit:
-                if sub in ("query", "key", "value") and leaf == "bias":
+                if sub in ("query", "key", "value") and leaf == "bias" and self.split_bias:
                     return f"blocks.{i}.attn.{sub[0]}_bias", None
                 if sub in _BEIT_BLOCK:
                     return f"blocks.{i}.{_BEIT_BLOCK[sub]}", None
@@ -393,6 +418,8 @@ def unsavable(model):
 def _family_of(model):
     """The timm family (architecture table entry) a model is written as."""
     if model.rope is not None:
+        if model.pre_norm:  # Eva's AttentionRope blocks and a norm before them
+            return "pe_core"
         return "dinov3" if model.rope == "dinov3" else "eva02"
     if model.relative_position_bias or not model.absolute_position_embeddings:
         return "beit"
@@ -419,6 +446,8 @@ def _arch(model):
         return f"vit_{_size(model, ('small', 'base', 'large'), 'small')}_patch16_dinov3"
     if name == "eva02":
         return f"eva02_{_size(model, ('tiny', 'small', 'base', 'large'), 'tiny')}_patch14_224"
+    if name == "pe_core":  # the entrypoints timm registers; model_args say every option
+        return "vit_pe_core_gigantic_patch14_448" if model.classifier == "gap" else "vit_pe_core_tiny_patch16_384"
     if name == "beit":
         return f"beit_{_size(model, ('base', 'large'), 'base')}_patch16_224"
     if name == "deit_distilled":
@@ -502,6 +531,12 @@ def _eva_model_args(model, args, global_pool):
         args["rope_temperature"] = model.rope_temperature
     if model.rope_grid is not None:
         args["ref_feat_shape"] = list(model.rope_grid)
+    if model.pre_norm or model.rope_offset or model.rope_xy:
+        args.update(use_pre_transformer_norm=model.pre_norm, attn_type="rope" if model.pre_norm else "eva",
+                    rope_grid_offset=model.rope_offset, rope_grid_indexing="xy" if model.rope_xy else "ij")
+    if global_pool == "map":
+        args.update(attn_pool_num_heads=model.pool_heads or model.num_heads,
+                    attn_pool_mlp_ratio=((model.pool_mlp_dim or model.mlp_dim) + 0.5) / model.hidden_size)
     return args  # no act_layer, no norm eps: Eva takes neither (the name implies exact GELU and the eps)
 
 

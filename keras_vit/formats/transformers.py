@@ -505,8 +505,9 @@ def unsavable(model):
     problems = unsavable_common(model)
     if problems:
         return problems
-    if model.rope not in (None, "dinov3"):
-        return [f"rope={model.rope!r} (transformers has no EVA02 model; save it in timm's format)"]
+    if model.rope not in (None, "dinov3") or (model.rope is not None and model.pre_norm):
+        family = "Perception Encoder" if model.pre_norm else "EVA02"
+        return [f"rope={model.rope!r} (transformers has no {family} model; save it in timm's format)"]
     if model.image_size[0] != model.image_size[1] or model.patch_size[0] != model.patch_size[1]:
         return ["non-square images or patches"]
     family = _family_of(model)

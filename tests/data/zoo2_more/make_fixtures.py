@@ -5,6 +5,11 @@ timm itself (save_for_hf) with the outputs timm computes after loading the folde
   its sub-LN `mlp.norm`), 56x56 (4x4 grid) with a 5-class head; the other size 42x70 with dynamic_img_size.
 - dinov3_splus: vit_small_plus_patch16_dinov3's (SwiGLU fc1_g / fc1_x, widths aligned to 8: mlp_ratio 2.9 gives
   int(32 * 2.9) = 92 -> 96), 64x64 and 48x80, headless.
+- pe_core: vit_pe_core_tiny_patch16_384's (Perception Encoder: a norm before the blocks, no patch bias, 2-D RoPE
+  over (k + 1) rescaled to its 24x24 reference grid with x before y, an attention pool over every token with
+  its own 8 heads, the class token included, and the output projection as the head), 64x64 and 48x80.
+- pe_core_noclass: vit_pe_core_gigantic_patch14_448's (no class token; the blocks' MLP 8960/1536 wide, the
+  pool's 4x), 56x56 and 42x70.
 
 Run with timm and torch installed (not keras-vit's dependencies), from the repository root:
     python tests/data/zoo2_more/make_fixtures.py
@@ -28,6 +33,12 @@ CASES = {
                          model_args=dict(img_size=64, embed_dim=32, depth=2, num_heads=4, mlp_ratio=2.9,
                                          num_classes=0),
                          compare="pooled", keras_alt={}),
+    "pe_core": dict(architecture="vit_pe_core_tiny_patch16_384", size=(64, 64), alt=(48, 80),
+                    model_args=dict(img_size=64, embed_dim=48, depth=2, num_heads=4, num_classes=8),
+                    compare="logits", keras_alt={"dynamic_image_size": True}),
+    "pe_core_noclass": dict(architecture="vit_pe_core_gigantic_patch14_448", size=(56, 56), alt=(42, 70),
+                            model_args=dict(img_size=56, embed_dim=48, depth=2, num_heads=4, num_classes=6),
+                            compare="logits", keras_alt={"dynamic_image_size": True}),
 }
 
 
