@@ -145,6 +145,40 @@ def test_perception_encoder_writes_back_as_timms_and_not_as_transformers(tmp_pat
         keras_vit.save_pretrained(model, tmp_path / "hf", format="transformers")
 
 
+HF_MORE = json.loads((MORE / "hf_cases.json").read_text())["cases"]
+
+
+def _gated(model, suffix=""):
+    with np.load(MORE / "hf_dinov3_gated.io.npz", allow_pickle=False) as data:
+        io = dict(data)
+    got = _outputs(model, io["images" + suffix], ["pooled", "tokens"])
+    return max(float(np.abs(got[k] - io[k + suffix]).max()) for k in got)
+
+
+@pytest.mark.backends
+def test_transformers_gated_dinov3_mlp_matches_at_two_sizes():
+    """DINOv3ViTModel with use_gated_mlp (ViT-H+ and 7B's gate_proj, up_proj, down_proj), read as SwiGLU: the
+    gate and the value packed in that order, so swapping them moves the outputs."""
+    assert HF_MORE["hf_dinov3_gated"]["mlp_keys"][2:4] == ["layer.0.mlp.gate_proj.bias", "layer.0.mlp.gate_proj.weight"]
+    model = keras_vit.from_pretrained(MORE / "hf_dinov3_gated")
+    assert (model.mlp_activation, model.mlp_dim) == ("swiglu", 80)
+    assert max(_gated(model), _gated(model, "_alt")) <= TOLERANCE
+    dense = model.blocks[0].mlp_dense1
+    kernel, bias = (to_numpy(v) for v in (dense.kernel, dense.bias))
+    dense.kernel.assign(np.concatenate(np.split(kernel, 2, axis=1)[::-1], axis=1))
+    dense.bias.assign(np.concatenate(np.split(bias, 2)[::-1]))
+    assert _gated(model) > 10 * TOLERANCE
+
+
+def test_transformers_gated_dinov3_writes_back(tmp_path):
+    model = keras_vit.from_pretrained(MORE / "hf_dinov3_gated")
+    keras_vit.save_pretrained(model, tmp_path / "out", format="transformers")
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert (config["use_gated_mlp"], config["hidden_act"], config["intermediate_size"]) == (True, "silu", 80)
+    again = keras_vit.from_pretrained(tmp_path / "out")
+    assert _gated(again) <= TOLERANCE
+
+
 def test_fewshot_runs_on_a_rope_backbone():
     """The paper's few-shot probe on a Perception Encoder's frozen features (random weights: the features still
     carry the digits' shapes, so the probe beats chance by far)."""

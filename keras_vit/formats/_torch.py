@@ -268,6 +268,18 @@ def unsavable(model) -> list[str]:
     return problems
 
 
+class Joined:
+    """Arrays joined along their first axis, read when asked for (the loader's plan needs the shape alone)."""
+
+    def __init__(self, *parts):
+        self.parts = parts
+        self.shape = (sum(int(p.shape[0]) for p in parts),) + tuple(parts[0].shape[1:])
+
+    def __array__(self, dtype=None, copy=None):
+        joined = np.concatenate([np.asarray(p) for p in self.parts], axis=0)
+        return joined if dtype is None else joined.astype(dtype)
+
+
 # The VisionTransformer arguments a written config must give back when read (the rest: the view, the
 # resampling, dropout, names, are the source's own or not part of the computation).
 STRUCTURE = ("image_size", "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "include_top",

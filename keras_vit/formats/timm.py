@@ -20,6 +20,7 @@ from keras_vit.formats._torch import (
     IMAGENET_MEAN,
     IMAGENET_STD,
     LEAVES,
+    Joined,
     MISSING_FEATURES,
     TorchTable,
     class_names,
@@ -298,18 +299,6 @@ def _view(pcfg, where):
 
 # -- timm's other layouts, packed into the one the table names ---------------------------------
 
-class _Joined:
-    """Arrays joined along their first axis, read when asked for (the loader's plan needs the shape alone)."""
-
-    def __init__(self, *parts):
-        self.parts = parts
-        self.shape = (sum(int(p.shape[0]) for p in parts),) + tuple(parts[0].shape[1:])
-
-    def __array__(self, dtype=None, copy=None):
-        joined = np.concatenate([np.asarray(p) for p in self.parts], axis=0)
-        return joined if dtype is None else joined.astype(dtype)
-
-
 def checkpoint_filter(tensors: dict) -> dict:
     """timm's Eva layouts (EVA02 base and large, DINOv3 S+ and H+) as the fused ones the table names, a pure
     dict-to-dict conversion: q_proj / k_proj / v_proj -> qkv (k_proj has no bias: q_bias, v_bias), SwiGLU's
@@ -318,12 +307,12 @@ def checkpoint_filter(tensors: dict) -> dict:
     for key in [k for k in tensors if re.fullmatch(r"blocks\.\d+\.attn\.q_proj\.weight", k)]:
         stem = key[:-len("q_proj.weight")]
         parts = [out.pop(f"{stem}{p}_proj.weight") for p in "qkv"]
-        out[f"{stem}qkv.weight"] = _Joined(*parts)
+        out[f"{stem}qkv.weight"] = Joined(*parts)
         for p in "qv":
             if f"{stem}{p}_proj.bias" in out:
                 out[f"{stem}{p}_bias"] = out.pop(f"{stem}{p}_proj.bias")
     for key in [k for k in tensors if re.fullmatch(r"blocks\.\d+\.mlp\.fc1_g\.(weight|bias)", k)]:
-        out[key.replace("fc1_g", "fc1")] = _Joined(out.pop(key), out.pop(key.replace("fc1_g", "fc1_x")))
+        out[key.replace("fc1_g", "fc1")] = Joined(out.pop(key), out.pop(key.replace("fc1_g", "fc1_x")))
     return out
 
 

@@ -18,6 +18,7 @@ from keras_vit.formats._headers import Scheme
 from keras_vit.formats._torch import (
     HALF,
     LEAVES,
+    Joined,
     MISSING_FEATURES,
     TorchTable,
     class_names,
@@ -48,7 +49,7 @@ SKIPPED = ("text_model.", "text_projection.", "logit_scale", "logit_bias", "embe
 # DINOv2, BEiT, CLIP, SigLIP; formats/_headers.py), and its names for them.
 SCHEME = Scheme(layout="torch", patch=r"embeddings\.patch_embeddings?\.(projection\.)?weight",
                 block=r"(?:encoder\.layers?|layer)\.(\d+)\.",
-                mlp=r"(?:encoder\.layers?|layer)\.0\.(intermediate\.dense|mlp\.fc1|mlp\.weights_in|mlp\.up_proj)\.weight",
+                mlp=r"(?:encoder\.layers?|layer)\.0\.(intermediate\.dense|mlp\.fc1|mlp\.weights_in|mlp\.gate_up_proj|mlp\.up_proj)\.weight",
                 posemb=r"embeddings\.position_embeddings?(\.weight)?",
                 heads=(r"encoder\.layer\.0\..*relative_position_bias_table", 1),
                 head=r"(classifier|cls_classifier|visual_projection)\.weight", pre_logits=r"pooler\.dense\.weight",
@@ -77,7 +78,8 @@ def claims(config, where):
 def strip_prefix(tensors):
     """The image tower's tensors under the names of a bare model: transformers' task models keep the
     backbone under 'vit.' / 'deit.', CLIP and SigLIP (and their 4.x vision-only saves) under 'vision_model.';
-    a full CLIP's or SigLIP's text side is left out. CLIP's vector class embedding (D,) and its
+    a full CLIP's or SigLIP's text side is left out. DINOv3's gated MLP (gate_proj, up_proj) is packed into
+    one `mlp.gate_up_proj`, the gate first, as keras-vit's SwiGLU holds it (read when asked for). CLIP's vector class embedding (D,) and its
     nn.Embedding table (T, D) are given keras-vit's shapes (1, 1, D), (1, T, D)."""
     out = {}
     for key, value in tensors.items():
@@ -92,6 +94,10 @@ def strip_prefix(tensors):
         elif key == "embeddings.position_embedding.weight" and value.ndim == 2:
             value = value.reshape((1,) + tuple(value.shape))
         out[key] = value
+    for key in [k for k in out if re.fullmatch(r"layer\.\d+\.mlp\.gate_proj\.(weight|bias)", k)]:
+        up = key.replace("gate_proj", "up_proj")
+        if up in out:
+            out[key.replace("gate_proj", "gate_up_proj")] = Joined(out.pop(key), out.pop(up))
     return out
 
 
@@ -143,9 +149,16 @@ def args_from_config(config, tensors, where, preprocessor=None):
             raise ValueError(f"{where}: vision_config must be an object, got {type(config['vision_config']).__name__}.")
         config = dict(config.get("vision_config") or {}, projection_dim=config.get("projection_dim"))
     act = config.get("hidden_act", "gelu")
-    if not isinstance(act, str) or act not in _ACTIVATIONS:
+    gated = model_type == "dinov3_vit" and flag(config.get("use_gated_mlp", False), "use_gated_mlp", where)
+    if gated:  # DINOv3ViTGatedMLP: down(act(gate(x)) * up(x)), keras-vit's SwiGLU when act is SiLU
+        if act not in ("silu", "swish"):
+            raise ValueError(f"{where}: use_gated_mlp=true with hidden_act={shown(act)}: keras-vit's gated MLP (SwiGLU) "
+                             "gates with SiLU (hidden_act 'silu').")
+        activation = "swiglu"
+    elif not isinstance(act, str) or act not in _ACTIVATIONS:
         raise ValueError(f"{where}: hidden_act={shown(act)} is not supported; use one of {sorted(_ACTIVATIONS)}.")
-    activation = _ACTIVATIONS[act]
+    else:
+        activation = _ACTIVATIONS[act]
     if integer(config.get("num_channels", 3), "num_channels", where) != 3:
         raise ValueError(f"{where}: num_channels={config['num_channels']}; keras-vit models take RGB.")
     preprocessor = preprocessor or {}
@@ -164,7 +177,7 @@ def args_from_config(config, tensors, where, preprocessor=None):
         mlp_dim=integer(config.get("intermediate_size", 3072), "intermediate_size", where),
         classifier="token",
         approximate_gelu=activation == "gelu_tanh",
-        mlp_activation="quick_gelu" if activation == "quick_gelu" else None,
+        mlp_activation=activation if activation in ("quick_gelu", "swiglu") else None,
         layer_norm_epsilon=number(config.get("layer_norm_eps", 1e-12), "layer_norm_eps", where),
         pixel_mean=numbers_of(preprocessor.get("image_mean") or HALF, "image_mean", pre_where, 3),
         pixel_std=numbers_of(preprocessor.get("image_std") or HALF, "image_std", pre_where, 3),
@@ -226,10 +239,6 @@ def args_from_config(config, tensors, where, preprocessor=None):
             if not flag(config.get(key, True), key, where):
                 raise ValueError(f"{where}: {key}=false: keras-vit reads DINOv3 with its query, value, output and MLP "
                                  "biases (only the key bias may be left out, as the released models do).")
-        if flag(config.get("use_gated_mlp"), "use_gated_mlp", where):
-            raise ValueError(f"{where}: use_gated_mlp=true (DINOv3 ViT-H+ / 7B's gate_proj and up_proj): keras-vit "
-                             "does not read the gated MLP from transformers' layout yet; timm's "
-                             "vit_*_dinov3 checkpoints of the plain sizes read.")
         args.update(layer_scale=number(config.get("layerscale_value", 1.0), "layerscale_value", where),
                     register_tokens=integer(config.get("num_register_tokens", 0), "num_register_tokens", where),
                     absolute_position_embeddings=False, rope="dinov3", dynamic_image_size=True,
@@ -356,6 +365,8 @@ class TransformersTable(TorchTable):
         m = re.fullmatch(r"encoderblock_(\d+)", head)
         if m:
             name = _DINOV3_BLOCK.get(parts[1])
+            if parts[1] == "mlp_dense1" and self.model.mlp_activation == "swiglu":
+                name = "mlp.gate_up_proj"  # gate_proj and up_proj, packed by strip_prefix
             if name is None:
                 return None, None
             return f"layer.{m[1]}.{name}" + ("" if parts[1].startswith("layer_scale") else f".{leaf}"), None
@@ -484,8 +495,10 @@ def config_of(model):
             del config[key]
         config.update(layerscale_value=model.layer_scale or 1.0, num_register_tokens=model.register_tokens,
                       rope_theta=model.rope_temperature or 100.0, query_bias=True, key_bias=False, value_bias=True,
-                      proj_bias=True, mlp_bias=True, use_gated_mlp=False, apply_layernorm=True, attention_dropout=0.0,
+                      proj_bias=True, mlp_bias=True, use_gated_mlp=model.mlp_activation == "swiglu", apply_layernorm=True, attention_dropout=0.0,
                       drop_path_rate=0.0, pos_embed_shift=None, pos_embed_jitter=None, pos_embed_rescale=2.0)
+        if model.mlp_activation == "swiglu":  # DINOv3ViTGatedMLP gates with hidden_act
+            config["hidden_act"] = "silu"
     elif family == "beit":
         config.update(use_relative_position_bias=model.relative_position_bias,
                       use_absolute_position_embeddings=model.absolute_position_embeddings,
@@ -553,4 +566,7 @@ def state_dict(model):
         tensors["embeddings.mask_token"] = np.zeros((1, model.hidden_size), np.float32)
     elif family == "dinov3_vit":
         tensors["embeddings.mask_token"] = np.zeros((1, 1, model.hidden_size), np.float32)
+        for key in [k for k in tensors if re.fullmatch(r"layer\.\d+\.mlp\.gate_up_proj\.(weight|bias)", k)]:
+            gate, up = np.split(tensors.pop(key), 2, axis=0)
+            tensors[key.replace("gate_up_proj", "gate_proj")], tensors[key.replace("gate_up_proj", "up_proj")] = gate, up
     return tensors
