@@ -1,4 +1,4 @@
-"""Rotary position embeddings (RoPE) over the patch grid: DINOv3's and EVA02's.
+"""Rotary position embeddings (RoPE) over the patch grid: DINOv3's, EVA02's and Perception Encoder's.
 
 RoPE (Su et al., 2021; in 2-D, Heo et al., 2024) encodes a patch's position by rotating pairs of channels
 of its query and key by angles proportional to its coordinates, so the attention logit of two patches

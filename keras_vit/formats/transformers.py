@@ -18,8 +18,8 @@ from keras_vit.formats._headers import Scheme
 from keras_vit.formats._torch import (
     HALF,
     LEAVES,
-    Joined,
     MISSING_FEATURES,
+    Joined,
     TorchTable,
     class_names,
     flag,
@@ -78,9 +78,9 @@ def claims(config, where):
 def strip_prefix(tensors):
     """The image tower's tensors under the names of a bare model: transformers' task models keep the
     backbone under 'vit.' / 'deit.', CLIP and SigLIP (and their 4.x vision-only saves) under 'vision_model.';
-    a full CLIP's or SigLIP's text side is left out. DINOv3's gated MLP (gate_proj, up_proj) is packed into
-    one `mlp.gate_up_proj`, the gate first, as keras-vit's SwiGLU holds it (read when asked for). CLIP's vector class embedding (D,) and its
-    nn.Embedding table (T, D) are given keras-vit's shapes (1, 1, D), (1, T, D)."""
+    a full CLIP's or SigLIP's text side is left out. CLIP's vector class embedding (D,) and its nn.Embedding
+    table (T, D) are given keras-vit's shapes (1, 1, D), (1, T, D). DINOv3's gated MLP (gate_proj, up_proj) is
+    packed into one `mlp.gate_up_proj`, the gate first, as keras-vit's SwiGLU holds it (read when asked for)."""
     out = {}
     for key, value in tensors.items():
         if key.startswith(SKIPPED):
@@ -495,7 +495,8 @@ def config_of(model):
             del config[key]
         config.update(layerscale_value=model.layer_scale or 1.0, num_register_tokens=model.register_tokens,
                       rope_theta=model.rope_temperature or 100.0, query_bias=True, key_bias=False, value_bias=True,
-                      proj_bias=True, mlp_bias=True, use_gated_mlp=model.mlp_activation == "swiglu", apply_layernorm=True, attention_dropout=0.0,
+                      proj_bias=True, mlp_bias=True, use_gated_mlp=model.mlp_activation == "swiglu", apply_layernorm=True,
+                      attention_dropout=0.0,
                       drop_path_rate=0.0, pos_embed_shift=None, pos_embed_jitter=None, pos_embed_rescale=2.0)
         if model.mlp_activation == "swiglu":  # DINOv3ViTGatedMLP gates with hidden_act
             config["hidden_act"] = "silu"
