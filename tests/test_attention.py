@@ -131,6 +131,7 @@ def test_chunked_model_matches_matmul_model_values_and_gradients():
         assert np.abs(g0 - g1).max() <= 1e-5 * max(1.0, np.abs(g0).max())
 
 
+@pytest.mark.backends_slow  # CI runs it under TensorFlow; -m slow under jax and torch too
 @pytest.mark.parametrize("overrides", [{}, {"drop_path_rate": 0.0, "layer_scale": 0.1}])
 def test_remat_gives_the_same_gradients(overrides):
     plain = randomize(tiny_vit(**overrides), seed=3)

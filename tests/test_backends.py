@@ -66,7 +66,10 @@ print(json.dumps(out))
 
 
 @needs_backends
-@pytest.mark.parametrize("writer, readers", [("jax", ("torch", "tensorflow")), ("torch", ("jax",))])
+@pytest.mark.parametrize("writer, readers", [
+    ("jax", ("torch", "tensorflow")),
+    # CI time (44 s): CI moves jax's file to torch and TensorFlow; the torch writer's run is the full suite's
+    pytest.param("torch", ("jax",), marks=pytest.mark.slow)])
 def test_keras_files_move_between_backends_with_the_same_outputs(tmp_path, writer, readers):
     written = run_under(writer, f"DIR = {str(tmp_path)!r}\n" + _WRITE)
     for reader in readers:
@@ -89,6 +92,7 @@ def _train_args(model_dir, *sets):
             *[a for s in sets for a in ("--set", s)], "--model-dir", str(model_dir)]
 
 
+@pytest.mark.slow  # CI time (55 s; in CI: test_dense_training's keras DataParallel, test_training's killed run)
 @pytest.mark.skipif("jax" not in OTHER_BACKENDS, reason="jax is not installed (pip install -e '.[jax]')")
 def test_jax_trains_data_parallel_over_two_cpu_devices_and_resumes_after_a_kill(tmp_path):
     args = _train_args(tmp_path, "epochs=6", "steps_per_epoch=30")

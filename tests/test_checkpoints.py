@@ -51,6 +51,7 @@ def test_exact_gelu_moves_the_logits_beyond_the_tolerance():
     assert np.abs(model.predict(io["images"], verbose=0) - io["logits"]).max() > 1e-5
 
 
+@pytest.mark.backends_slow  # CI runs it under TensorFlow; -m slow under jax and torch too
 @pytest.mark.parametrize("name", CASES)
 @pytest.mark.parametrize("layout", ["released", "current"])
 def test_save_and_load_both_key_layouts(tmp_path, name, layout):
@@ -283,6 +284,7 @@ def _cli(*args):
                           cwd=ROOT, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
 
 
+@pytest.mark.slow  # CI time (34 s of CLI processes; conversion in CI: test_save_and_load_both_key_layouts)
 @pytest.mark.one_backend
 def test_convert_cli_writes_a_ready_to_fine_tune_model_atomically(tmp_path):
     import keras
@@ -310,6 +312,7 @@ def test_convert_cli_writes_a_ready_to_fine_tune_model_atomically(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.keras", "ti.npz"]
 
 
+@pytest.mark.backends_slow  # CI runs it under TensorFlow; -m slow under jax and torch too
 @pytest.mark.parametrize("suffix", [".npz", ".keras", ".weights.h5"])
 def test_rgb_weights_into_a_model_of_other_channels_are_refused_naming_both_counts(tmp_path, suffix):
     rgb = randomize(tiny_vit())

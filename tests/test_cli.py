@@ -95,6 +95,7 @@ def _top_lines(stdout):
     return tops
 
 
+@pytest.mark.slow  # CI time (45 s of processes; the backends' numerics in CI: the jax and torch runs of the portable tests)
 @pytest.mark.skipif(not OTHER_BACKENDS, reason="jax and torch are not installed (pip install -e '.[jax,torch]')")
 @pytest.mark.parametrize("backend", OTHER_BACKENDS)
 def test_predict_gives_the_same_classes_under_every_backend(backend):

@@ -128,6 +128,7 @@ def test_a_preset_at_its_real_size_has_the_official_parameter_count(variant, ima
         keras.backend.clear_session()  # drops the uninitialized variables with the rest of Keras' state
 
 
+@pytest.mark.backends_slow  # CI runs it under TensorFlow; -m slow under jax and torch too
 @pytest.mark.parametrize("model", CASES, indirect=True)
 def test_it_builds_with_the_output_its_source_promises(model, request):
     case = request.node.callspec.params["model"]
@@ -180,6 +181,7 @@ def test_a_keras_file_gives_identical_outputs(model, tmp_path):
 
 # -- another input size ---------------------------------------------------------------------------
 
+@pytest.mark.backends_slow  # CI runs it under TensorFlow; -m slow under jax and torch too
 @pytest.mark.parametrize("model", CASES, indirect=True)
 def test_another_size_works_as_docs_resolution_promises(model):
     """`with_image_size` (position embeddings resampled once, with the model's own method) and a dynamic copy

@@ -172,6 +172,7 @@ def test_training_pipeline_shapes_ranges_and_augmentations():
     assert sum(b[0].shape[0] for b in evaluation) == 40  # the partial batch is kept
 
 
+@pytest.mark.slow  # CI time (31 s reading all 60,000 JPEGs; the reader in CI: the other tgz tests)
 @pytest.mark.skipif(not CIFAR_TGZ.exists(), reason=f"needs {CIFAR_TGZ} (the project's shared data; CI has it)")
 def test_cifar10_tgz_reads_fully():
     splits = data.load_data(str(CIFAR_TGZ))

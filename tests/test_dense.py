@@ -53,6 +53,7 @@ def test_transformers_outputs_at_two_sizes(loaded, name, suffix):
     assert relative_error(out, io[key + suffix]) <= TOLERANCE, (name, suffix, BACKEND)
 
 
+@pytest.mark.backends_slow  # CI runs it under TensorFlow; -m slow under jax and torch too
 @pytest.mark.parametrize("name", NAMES)
 def test_the_tapped_token_maps_are_the_necks_inputs(loaded, name):
     """The backbone's tokens the head reads equal transformers' `features` (its neck's inputs)."""

@@ -133,6 +133,7 @@ def test_hard_distillation_loss_is_deits():
                                np.mean((p * np.log(p / q)).sum(-1)) * 4, rtol=1e-4)
 
 
+@pytest.mark.slow  # CI time (19 s; in CI: test_train_with_a_teacher_writes_the_student_and_the_head_table)
 def test_distill_training_steps_keep_the_teacher_frozen():
     student, teacher = _distilled(), tiny_vit()
     randomize(teacher, seed=3)
@@ -366,6 +367,7 @@ def test_aligning_trains_only_the_front_end_toward_the_teachers_tokens():
     assert results["explained"] == pytest.approx(1 - error / np.mean(target.var(axis=(1, 2))), rel=1e-4)
 
 
+@pytest.mark.slow  # CI time (14 s; aligning in CI: test_aligning_trains_only_the_front_end_toward_the_teachers_tokens)
 def test_train_objective_align_inherits_aligns_and_writes_a_student_to_fine_tune(tmp_path):
     """`keras-vit train` with recipes/cifar10_deit_align.py, on the bundled CIFAR-10 sample images."""
     teacher = randomize(tiny_vit(classes=10, classifier_activation=None), seed=5)

@@ -611,6 +611,7 @@ def test_load_classifier_runs_a_keras_file_under_every_backend(tmp_path):
     assert top[0][1] == names[int(expected[0].argmax())]
 
 
+@pytest.mark.slow  # CI time (20 s; int8 in CI: test_int8_calibrates_and_checks_on_the_models_own_data)
 def test_shipped_cifar10_model_exports_int8_from_a_clone_on_the_shipped_calibration_images(tmp_path, keras_vit_log):
     """The int8 export a newcomer runs from a fresh clone: 200 CIFAR-10 training images ship for calibration
     (tests/data/cifar10_calibration), enough for no warning; the check runs on the 20 test images."""

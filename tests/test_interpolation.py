@@ -42,6 +42,7 @@ def test_numpy_weights_are_torchs_in_float64(ref, name):
     assert worst <= 1e-12, worst
 
 
+@pytest.mark.backends_slow  # CI runs it under TensorFlow; -m slow under jax and torch too
 @pytest.mark.backends
 @pytest.mark.parametrize("name", TORCH_NAMES)
 def test_in_graph_weights_are_torchs_in_float32(ref, name):

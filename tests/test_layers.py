@@ -183,6 +183,7 @@ def test_attention_implementation_is_validated_and_saved():
     assert TransformerBlock.from_config(block.get_config()).attention_implementation == "dot_product_attention"
 
 
+@pytest.mark.backends_slow  # CI runs it under TensorFlow; -m slow under jax and torch too
 def test_fused_path_under_mixed_bfloat16_keeps_float32_softmax_and_gradients():
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     block, x = _random_block()

@@ -120,6 +120,7 @@ def test_pretraining_loss_falls_on_a_tiny_run():
     assert history.history["accuracy"][-1] > history.history["accuracy"][0]
 
 
+@pytest.mark.slow  # CI time (19 s; masked pretraining in CI: test_pretraining_loss_falls_on_a_tiny_run)
 def test_mpp_recipe_pretrains_and_the_classifier_recipe_fine_tunes_from_it(tmp_path):
     sample = tiny_cifar_folder(tmp_path / "data")
     tiny = ["model.patch_size=8", "model.hidden_size=32", "model.num_layers=2", "model.mlp_dim=64",

@@ -24,6 +24,7 @@ def test_every_preset_has_its_explicit_constructor():
     assert keras_vit.VARIANTS == {v: p.sizes for v, p in PRESETS.items()}
 
 
+@pytest.mark.backends_slow  # CI runs it under TensorFlow; -m slow under jax and torch too
 def test_the_variant_is_stored_in_the_config_not_guessed():
     model = keras_vit.ViTTi16(input_shape=(32, 32, 3), classes=3)
     assert model.variant == "Ti/16" and model.get_config()["variant"] == "Ti/16"
@@ -44,6 +45,7 @@ def test_create_model_accepts_official_names():
         keras_vit.create_model("B/17")
 
 
+@pytest.mark.backends_slow  # CI runs it under TensorFlow; -m slow under jax and torch too
 @pytest.mark.parametrize("size", [(32, 32), (48, 24), (16, 40)])
 def test_shapes_square_and_non_square(size):
     model = tiny_vit(image_size=size)
@@ -64,6 +66,7 @@ def test_gap_pooling_and_pre_logits():
     assert tiny_vit(classifier="gap", representation_size=24, include_top=False).output_shape == (None, 24)
 
 
+@pytest.mark.backends_slow  # CI runs it under TensorFlow; -m slow under jax and torch too
 def test_head_starts_at_zero_and_keras_applications_signature():
     model = keras_vit.ViTTi16(classes=10, input_shape=(64, 64, 3))
     assert np.all(to_numpy(model.get_layer("head").kernel) == 0)
@@ -76,6 +79,7 @@ def test_head_starts_at_zero_and_keras_applications_signature():
     assert on_tensor.input_shape == (None, 32, 64, 3) and on_tensor.output_shape == (None, 3)
 
 
+@pytest.mark.backends_slow  # CI runs it under TensorFlow; -m slow under jax and torch too
 def test_hybrid_shapes():
     model = keras_vit.VisionTransformer(
         image_size=64, patch_size=1, hidden_size=32, num_layers=1, num_heads=4, mlp_dim=64, classes=5,
@@ -235,6 +239,7 @@ def test_a_misspelled_keyword_is_refused_naming_the_nearest():
         model.compile(optimizer="adam", loss="mse", metric=["accuracy"])
 
 
+@pytest.mark.backends_slow  # CI runs it under TensorFlow; -m slow under jax and torch too
 @pytest.mark.parametrize("variant", list(PRESETS))
 def test_every_constructor_refuses_a_misspelled_keyword(variant):
     constructor = getattr(keras_vit, PRESETS[variant].constructor)

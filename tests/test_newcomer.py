@@ -132,6 +132,7 @@ def test_help_and_version_do_not_import_tensorflow():
     assert result.stdout.startswith("keras-vit 0.1.0") and result.stderr == ""
 
 
+@pytest.mark.slow  # CI time (34 s of fresh processes; lazy exports in CI: test_applications' load after import keras_vit)
 def test_lazy_exports_and_registration_for_load_model_in_either_import_order(tmp_path):
     from conftest import tiny_vit
 

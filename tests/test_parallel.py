@@ -205,6 +205,7 @@ def test_the_refusals_name_the_field_and_the_device_count(mesh_run):
     assert "needs 16 devices; this process sees 8" in mesh_run["too_many_devices"]
 
 
+@pytest.mark.slow  # CI time (48 s; the layout map's shardings in CI: test_each_variable_carries_the_sharding_the_map_assigns)
 @needs_jax
 @once
 def test_keras_vit_train_runs_model_parallel_on_a_2x4_mesh(tmp_path):

@@ -400,6 +400,7 @@ def init_checkpoint(tmp_path_factory):
     return str(path)
 
 
+@pytest.mark.slow  # CI time (33 s; photo folders in CI: test_finetune_recipe_on_split_folders_with_balanced_class_weights)
 def test_finetune_recipe_on_a_folder_without_a_split_then_predict_the_folder(photos, init_checkpoint, tmp_path):
     root, expected, bad = photos
     run = tmp_path / "run"

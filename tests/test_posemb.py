@@ -21,6 +21,7 @@ def test_identity_when_the_grid_is_unchanged(method):
     np.testing.assert_array_equal(out, pe)
 
 
+@pytest.mark.backends_slow  # CI runs it under TensorFlow; -m slow under jax and torch too
 @pytest.mark.parametrize("method", ["official", "bilinear", "bicubic"])
 @pytest.mark.parametrize("old,new", [((14, 14), (24, 24)), ((4, 6), (9, 5)), ((12, 12), (7, 7))])
 def test_class_token_untouched_and_shapes(method, old, new):
@@ -32,6 +33,7 @@ def test_class_token_untouched_and_shapes(method, old, new):
 
 @pytest.mark.parametrize("old,new", [((14, 14), (24, 24)), ((7, 7), (12, 12)), ((12, 12), (7, 7)),
                                      ((4, 6), (9, 5)), ((1, 4), (3, 8)), ((3, 3), (1, 1))])
+@pytest.mark.backends_slow  # CI runs it under TensorFlow; -m slow under jax and torch too
 def test_official_method_is_scipy_zoom_order_1(old, new):
     pe = _posemb(old, dim=16)
     out = resample_position_embeddings(pe, new, old_grid=old)[0, 1:].reshape(new + (16,))

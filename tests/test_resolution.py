@@ -46,6 +46,7 @@ def test_unknown_resampling_method_is_named():
 # methods differ only in keras.ops arithmetic (test_backends.py moves a bicubic dynamic model across backends)
 @pytest.mark.parametrize("method", [m if m == "official" else pytest.param(m, marks=pytest.mark.one_backend)
                                     for m in interpolation.METHODS])
+@pytest.mark.backends_slow  # CI runs it under TensorFlow; -m slow under jax and torch too
 def test_dynamic_model_equals_a_model_built_at_each_size(kind, method):
     dynamic = randomize(tiny_vit(dynamic_image_size=True, posemb_resample=method, **KINDS[kind]))
     assert dynamic.input_shape == (None, None, None, 3)
@@ -142,6 +143,7 @@ print(float(diff.max()))
     assert float(out.stdout.strip().splitlines()[-1]) == 0.0
 
 
+@pytest.mark.backends_slow  # CI runs it under TensorFlow; -m slow under jax and torch too
 @pytest.mark.backends
 @pytest.mark.parametrize("name", ["vit_token_prelogits", "vit_gap_current_names", "hybrid_r2_token"])
 def test_official_checkpoint_in_a_dynamic_model(tmp_path, name):
@@ -176,6 +178,7 @@ def test_with_image_size_keeps_a_dynamic_model_dynamic():
     assert np.abs(to_numpy(moved(images)) - to_numpy(model(images))).max() <= 1e-5
 
 
+@pytest.mark.backends_slow  # CI runs it under TensorFlow; -m slow under jax and torch too
 @pytest.mark.backends
 def test_constructors_take_none_sizes():
     model = keras_vit.ViTTi16(input_shape=(None, None, 3), weights=None, classes=5, image_size=64)
@@ -200,6 +203,7 @@ def _upsample_each_patch(images, patch, new_patch):
     return tf.reshape(x, (b, gh * nh, gw * nw, c)).numpy()
 
 
+@pytest.mark.backends_slow  # CI runs it under TensorFlow; -m slow under jax and torch too
 @pytest.mark.backends
 @pytest.mark.parametrize("new_patch", [12, 16, (8, 16)])
 @pytest.mark.parametrize("dynamic", [False, True])

@@ -5,7 +5,8 @@ from keras.ops import convert_to_numpy as to_numpy
 
 from keras_vit.stem import BottleneckUnit, StdConv2D, resnet_stem, standardize_kernel
 
-pytestmark = pytest.mark.backends
+# CI runs these under TensorFlow; -m slow under jax and torch too
+pytestmark = [pytest.mark.backends, pytest.mark.backends_slow]
 
 
 def test_weight_standardization_uses_population_std_over_h_w_cin():

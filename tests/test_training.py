@@ -95,6 +95,7 @@ def test_strategy_names_are_the_public_ones():
         training.get_strategy("gpus")
 
 
+@pytest.mark.slow  # CI time (25 s; mixed precision in CI: test_export's bfloat16 copy)
 def test_mixed_bfloat16_training_in_process(tmp_path):
     config = training.apply_overrides(training.load_recipe(DIGITS), ["epochs=1", "steps_per_epoch=3",
                                                                       "precision=mixed_bfloat16"])
@@ -261,6 +262,7 @@ def test_killed_run_resumes_where_the_backup_stood(tmp_path):
     assert epochs[-1] == 7 and sorted(set(epochs)) == list(range(8))
 
 
+@pytest.mark.slow  # CI time (40 s of CLI processes; in CI: test_recipes_resolve_and_unknown_keys_list_the_valid_ones)
 def test_bad_data_and_keys_fail_with_the_path_or_the_valid_keys(tmp_path):
     result = _cli("train", DIGITS, "--set", f"data={tmp_path / 'nowhere'}", "--model-dir", str(tmp_path / "m"))
     assert result.returncode == 1 and f"Data path {tmp_path / 'nowhere'} does not exist" in result.stderr
@@ -317,6 +319,7 @@ def test_any_other_override_clears_the_recipes_expectation():
         training.train(apply_overrides(recipe, ["expect=dict(accuracy=0.5)"]), "unused")
 
 
+@pytest.mark.slow  # CI time (48 s; in CI: test_resolution's resampling and test_cli_finetunes ... at its own size's path)
 def test_finetune_recipe_from_an_official_checkpoint_at_a_higher_resolution(tmp_path):
     """The paper's fine-tuning path end to end, at toy scale: official .npz at 32px -> a 48px model."""
     from conftest import randomize
@@ -446,6 +449,7 @@ def test_the_pipeline_scales_with_the_statistics_it_is_given():
         data.make_dataset(split, 4, 2, training=False, pixel_mean=(0.5, 0.5))
 
 
+@pytest.mark.slow  # CI time (20 s; in CI: test_finetune_from_a_hub_checkpoint_feeds_it_its_own_pixels)
 def test_cli_finetunes_a_hub_folder_at_its_own_size(tmp_path):
     folder = HUB_FIXTURES["transformers_dinov2"]
     size, mean, std = _checkpoint_preprocessing(folder)

@@ -242,6 +242,7 @@ def _reference_attention(model, images, layer):
     return e / e.sum(-1, keepdims=True)
 
 
+@pytest.mark.backends_slow  # CI runs it under TensorFlow; -m slow under jax and torch too
 @pytest.mark.parametrize("classifier", ["token", "gap"])
 def test_attention_probabilities_are_the_blocks_own_and_the_model_is_not_copied(classifier):
     model = randomize(tiny_vit(classifier=classifier, num_layers=3))
@@ -393,6 +394,7 @@ def test_cli_errors_name_the_file(tmp_path, capsys):
 @pytest.mark.skipif(not os.path.isfile(SHIPPED_CIFAR10),
                     reason=f"{SHIPPED_CIFAR10} is not in this checkout yet (the shipped CIFAR-10 model is trained "
                     "separately); the paper's two claims are measured on it once it is")
+@pytest.mark.backends_slow  # CI runs it under TensorFlow; -m slow under jax and torch too
 def test_the_papers_claims_hold_on_the_shipped_cifar10_model(record_property):
     import keras_vit
 
@@ -432,6 +434,7 @@ def _class_token_rollout(attentions, prefix):
     return row / row.sum(-1, keepdims=True)
 
 
+@pytest.mark.backends_slow  # CI runs it under TensorFlow; -m slow under jax and torch too
 @pytest.mark.parametrize("name, prefix, posemb_prefix", PREFIXED)
 def test_register_and_distillation_models_map_the_class_token_over_the_patches_only(name, prefix, posemb_prefix):
     import keras_vit
