@@ -142,6 +142,37 @@ def test_heads_go_on_any_backbone_at_any_size(backbone, kind):
     assert out.shape == (2, 4 * scale, 6 * scale, 5) and np.isfinite(out).all()
 
 
+def test_the_subpixel_linear_head_gives_each_token_its_patch_of_pixels():
+    """Each output pixel is its token's map times the kernel entry at the pixel's place in the patch
+    (no blending across tokens), so a boundary inside a patch can be drawn; without the option the
+    patch's pixels are bilinear blends of token values, and the outputs move."""
+    import keras
+
+    config = keras_vit.ViTConfig(patch_size=4, image_size=16, hidden_size=16, num_layers=2, num_heads=2, mlp_dim=32,
+                                 classifier="gap", dynamic_image_size=True)
+    head = DenseHead(kind="linear", task="segmentation", taps=(2,), final_norm=True, classes=3,
+                     linear_batch_norm=False, subpixel=True)
+    model = DensePredictor(config, head)
+    rng = np.random.default_rng(0)
+    for v in model.weights:
+        v.assign(rng.normal(size=v.shape).astype("float32") * 0.2)
+    images = rng.normal(size=(2, 12, 20, 3)).astype("float32")
+    layer = model.get_layer("linear_classifier")
+    taps = keras.ops.convert_to_numpy(keras.Model(model.inputs, layer.input)(images))  # (2, 3, 5, 16)
+    kernel, bias = (keras.ops.convert_to_numpy(w) for w in layer.weights)  # (4, 4, classes, 16), (classes,)
+    expected = np.einsum("byxd,ijcd->byixjc", taps, kernel).reshape(2, 12, 20, 3) + bias
+    out = keras.ops.convert_to_numpy(model(images))
+    assert out.shape == (2, 12, 20, 3)
+    assert np.allclose(out, expected, atol=1e-5), np.abs(out - expected).max()
+    plain = DensePredictor(config, dataclasses.replace(head, subpixel=False))
+    for v, w in zip(plain.weights, model.weights):
+        if v.shape == w.shape:
+            v.assign(w)
+    assert relative_error(plain(images), out) > 10 * TOLERANCE
+    with pytest.raises(ValueError, match="subpixel=True is an option of the linear head"):
+        DenseHead(kind="dpt", task="segmentation", classes=3, subpixel=True)
+
+
 @pytest.mark.one_backend  # the heads' graph is the same ops as the parity cases run on every backend
 def test_from_backbone_copies_the_backbones_weights():
     vit = keras_vit.VisionTransformer(image_size=32, patch_size=8, hidden_size=24, num_layers=2, num_heads=2,

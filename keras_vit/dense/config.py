@@ -57,6 +57,10 @@ class DenseHead:
         class_names: their names.
         dropout: the segmentation head's dropout.
         linear_batch_norm: the linear head's BatchNorm (DINOv2's BNHead).
+        subpixel: the linear head predicts each patch's pixels: every token maps linearly to a
+            patch x patch block of outputs (a transposed conv with the patch as kernel and stride, the
+            sub-pixel convolution of Shi et al. 2016) instead of one value upsampled bilinearly, so
+            boundaries inside a patch can be drawn. Off in DINOv2's protocol.
 
     Example:
     >>> head = DenseHead(kind="dpt", task="segmentation", taps=(1, 2, 3, 4), classes=5)
@@ -83,6 +87,7 @@ class DenseHead:
     class_names: tuple[str, ...] | None = None
     dropout: float = 0.1
     linear_batch_norm: bool = True
+    subpixel: bool = False
 
     def __post_init__(self) -> None:
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
@@ -129,9 +134,13 @@ class DenseHead:
             _check(self.classes is None, f"DenseHead: task='depth' has no classes (got {shown(self.classes)}).")
         _check(not (self.kind == "depth_anything" and self.task != "depth"),
                "DenseHead: kind='depth_anything' is a depth head; use kind='dpt' for segmentation.")
-        for name in ("final_norm", "fusion_batch_norm", "fusion_residual", "add_projection", "linear_batch_norm"):
+        for name in ("final_norm", "fusion_batch_norm", "fusion_residual", "add_projection", "linear_batch_norm",
+                     "subpixel"):
             _check(isinstance(getattr(self, name), bool), f"DenseHead: {name}={shown(getattr(self, name))} must "
                    "be True or False.")
+        _check(not (self.subpixel and self.kind != "linear"),
+               f"DenseHead: subpixel=True is an option of the linear head; kind={shown(self.kind)} upsamples "
+               "through its own fusion blocks (use kind='linear', or subpixel=False).")
         _check(self.fusion_bias is None or isinstance(self.fusion_bias, bool),
                f"DenseHead: fusion_bias={shown(self.fusion_bias)} must be True, False or None.")
 

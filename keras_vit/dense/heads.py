@@ -102,13 +102,20 @@ def _segmentation_head(x: Tensor, head: DenseHead) -> Tensor:
     return BilinearResize(scale=2, align_corners=True, dtype="float32", name="logits")(x)
 
 
-def _linear_head(maps: Sequence[Tensor], images: Tensor, head: DenseHead) -> Tensor:
+def _linear_head(maps: Sequence[Tensor], images: Tensor, head: DenseHead, patch_size: tuple[int, int]) -> Tensor:
     """DINOv2's linear protocol: the tapped patch maps concatenated, BatchNorm, a 1x1 conv to the
-    classes (or to one depth value), upsampled bilinearly to the image."""
+    classes (or to one depth value), upsampled bilinearly to the image. With `subpixel` the linear map
+    gives each token's patch x patch block instead (then the resize is the identity where the image
+    is a multiple of the patch)."""
     x = maps[0] if len(maps) == 1 else keras.layers.Concatenate(name="linear_concat")(list(maps))
     if head.linear_batch_norm:
         x = _batch_norm("linear_bn")(x)
-    x = _conv(head.classes if head.task == "segmentation" else 1, 1, "linear_classifier")(x)
+    outputs = head.classes if head.task == "segmentation" else 1
+    if head.subpixel:
+        x = keras.layers.Conv2DTranspose(outputs, patch_size, strides=patch_size, padding="valid",
+                                         name="linear_classifier")(x)
+    else:
+        x = _conv(outputs, 1, "linear_classifier")(x)
     x = BilinearResize(align_corners=False, dtype="float32", name="logits" if head.task == "segmentation"
                        else "linear_upsample")(x, images)
     if head.task == "depth":
@@ -124,7 +131,7 @@ def build_head(tokens: Sequence[Tensor], images: Tensor, head: DenseHead, *, pat
     maps = [TokenMap(patch_size, prefix_tokens, readout, name=f"reassemble_{i}_readout")(t, images)
             for i, t in enumerate(tokens)]
     if head.kind == "linear":
-        return _linear_head(maps, images, head)
+        return _linear_head(maps, images, head, patch_size)
     fused = _fusion(_reassemble(maps, head), head)
     if head.task == "depth":
         return _depth_head(fused, images, head)
