@@ -26,7 +26,7 @@ def get_config():
         init_checkpoint="runs/fashion_items/model.keras",
         model=dict(patch_size=4, hidden_size=128, num_layers=6, num_heads=4, mlp_dim=256, classifier="gap",
                    drop_path_rate=0.05),
-        dense=dict(head="linear", taps=(5, 6), head_options=dict(subpixel=True), mode="finetune", min_scale=0.75, max_scale=1.5,
+        dense=dict(head="linear", taps=(5, 6), mode="finetune", min_scale=0.75, max_scale=1.5,
                    scenes_train=20000, scenes_test=2000),
         flip=True,
         optimizer="adamw",

@@ -140,7 +140,6 @@ def write_card(args, model, metrics, scores, exports, shipped, refused):
                   f"{', '.join(map(str, head.taps))}, through the final LayerNorm, "
                   + ("each token mapped to its patch's pixels by a transposed conv: `subpixel`"
                      if head.subpixel else "upsampled bilinearly") + "); "
-                  f"
                   f"{model.count_params():,} parameters"),
         ("backbone", f"started from `{config['init_checkpoint']}` (recipes/fashion_items.py)"
                      if config["init_checkpoint"] else "from scratch"),
