@@ -133,13 +133,13 @@ def write_card(args, model, metrics, scores, exports, shipped, refused):
                            f"{report['class_agreement']:.4%} | {report['export_miou']:.4f} |")
     minutes = metrics.get("all_epochs_seconds", metrics["train_seconds"]) / 60
     size = f"{backbone.image_size[0]}x{backbone.image_size[1]}"
+    linear, upsampling = (("a transposed conv", "each token mapped to its patch's pixels: `subpixel`") if head.subpixel
+                          else ("1x1 conv", "upsampled bilinearly"))
     table = [
         ("model", f"`DensePredictor`: a ViT backbone (image {size}, patch {backbone.patch_size}, hidden "
                   f"{backbone.hidden_size}, {backbone.num_layers} layers, {backbone.num_heads} heads, MLP "
-                  f"{backbone.mlp_dim}) with DINOv2's linear head (BatchNorm + 1x1 conv over blocks "
-                  f"{', '.join(map(str, head.taps))}, through the final LayerNorm, "
-                  + ("each token mapped to its patch's pixels by a transposed conv: `subpixel`"
-                     if head.subpixel else "upsampled bilinearly") + "); "
+                  f"{backbone.mlp_dim}) with DINOv2's linear head (BatchNorm + {linear} over blocks "
+                  f"{', '.join(map(str, head.taps))}, through the final LayerNorm, {upsampling}); "
                   f"{model.count_params():,} parameters"),
         ("backbone", f"started from `{config['init_checkpoint']}` (recipes/fashion_items.py)"
                      if config["init_checkpoint"] else "from scratch"),
